@@ -1,0 +1,59 @@
+"""eagle3_raw: raw-token EAGLE-3 training sets from SGLang's native ``/generate``.
+
+``import eagle3_raw`` registers the ``"eagle3_raw"`` name with ``datasets``, so that
+``datasets.load_dataset("eagle3_raw", recipe="r.yaml", split="train")`` works. The import stays
+light: ``datasets`` and the other heavy libraries load only when first needed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from eagle3_raw.errors import (
+    Eagle3RawError,
+    FatalError,
+    RecipeError,
+    RetryableError,
+    RowError,
+    ServerMismatch,
+    ServerUnreachable,
+)
+from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.registry import register
+
+if TYPE_CHECKING:
+    import datasets
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Eagle3RawError",
+    "FatalError",
+    "Recipe",
+    "RecipeError",
+    "RetryableError",
+    "RowError",
+    "ServerMismatch",
+    "ServerUnreachable",
+    "__version__",
+    "load",
+    "load_recipe",
+    "register",
+]
+
+
+def load(recipe: Any, split: str = "train", **overrides: Any) -> datasets.Dataset:
+    """Build (or load from the cache) the dataset of ``recipe``; same as ``load_dataset("eagle3_raw", ...)``.
+
+    ``recipe`` is a YAML path, a bundled recipe name, a mapping or a :class:`Recipe`; ``overrides``
+    are dotted paths or sections (``sampling={"temperature": 0}``), as in :func:`load_recipe`.
+    """
+    import datasets
+
+    register()
+    dataset = datasets.load_dataset("eagle3_raw", recipe=recipe, split=split, **overrides)
+    assert isinstance(dataset, datasets.Dataset)
+    return dataset
+
+
+register()

@@ -1,0 +1,603 @@
+"""Recipes: one YAML file = one reproducible dataset.
+
+A recipe is parsed into frozen dataclasses, validated in one place (:func:`parse_recipe`), and
+identified by its fingerprint: a hash of every field that changes the data, with defaults resolved
+and local files (prompt sources, tokenizer, template override) identified by their content.
+Transport settings (endpoints, in-flight limits, timeouts, keys) never enter the fingerprint.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import orjson
+import yaml
+
+from eagle3_raw.errors import RecipeError
+
+SCHEMA_VERSION = 1
+"""Bumped when the row layout or the generation semantics change (enters the fingerprint)."""
+
+REFERENCE_TOKENIZER = "reference"
+"""``model.tokenizer`` value naming the built-in reference model's tokenizer."""
+
+PromptFormat = Literal["auto", "sharegpt", "openai", "prompt"]
+Turns = Literal["last", "all"]
+OnTruncation = Literal["keep", "drop"]
+
+#: SGLang 0.5.23 ``SamplingParams`` defaults (``sglang/api/v1/api_types.py``). Keys listed here are
+#: sent explicitly on every request so a server's ``--preferred-sampling-params`` cannot change
+#: the data behind the fingerprint's back.
+SGLANG_SAMPLING_DEFAULTS: Mapping[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 1073741824,
+    "min_p": 0.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_new_tokens": 0,
+}
+
+#: Every other key SGLang 0.5.23 accepts in ``sampling_params`` that a recipe may set.
+SGLANG_OPTIONAL_SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "json_schema", "regex", "ebnf",
+        "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+        "no_stop_trim", "logit_bias", "custom_params", "beam_width", "watermark",
+    }
+)  # fmt: skip
+
+#: Keys SGLang accepts but eagle3_raw sets itself or must not send, with the reason.
+MANAGED_SAMPLING_KEYS: Mapping[str, str] = {
+    "n": "use sampling.samples_per_prompt (each sample is its own request with its own seed)",
+    "sampling_seed": "derived per row from sampling.seed",
+    "stream_interval": "eagle3_raw does not stream",
+    "choice": "SGLang 0.5.23 accepts it in the contract but fails on it",
+}
+
+_OWN_SAMPLING_KEYS = frozenset({"samples_per_prompt", "seed"})
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PromptsConfig:
+    """Where the conversations come from and how to read them."""
+
+    source: str
+    format: PromptFormat = "auto"
+    subset: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    id_column: str | None = None
+    limit: int | None = None
+    shuffle_seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The tokenizer and chat template the prompts are rendered with."""
+
+    tokenizer: str = REFERENCE_TOKENIZER
+    revision: str | None = None
+    trust_remote_code: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Transport: where requests go and how patiently. Never part of the fingerprint."""
+
+    endpoints: tuple[str, ...] = ()
+    launch: Literal["reference"] | None = None
+    launch_args: tuple[str, ...] = ()
+    api_key_env: str | None = None
+    max_in_flight: int | None = None
+    request_timeout: float = 600.0
+    connect_timeout: float = 10.0
+    max_retries: int = 8
+    wait_for_server: float = 600.0
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """SGLang ``sampling_params`` as written, plus eagle3_raw's sample count and base seed."""
+
+    params: Mapping[str, Any]
+    samples_per_prompt: int = 1
+    seed: int = 0
+
+    @property
+    def max_new_tokens(self) -> int:
+        return int(self.params["max_new_tokens"])
+
+    def request_params(self) -> dict[str, Any]:
+        """The ``sampling_params`` every request carries (before its ``sampling_seed``)."""
+        return {**SGLANG_SAMPLING_DEFAULTS, **self.params}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A parsed, validated recipe. ``base_dir`` is where relative paths resolve."""
+
+    name: str
+    prompts: PromptsConfig
+    model: ModelConfig
+    server: ServerConfig
+    sampling: SamplingConfig
+    turns: Turns = "last"
+    on_truncation: OnTruncation = "keep"
+    license: str | None = None
+    description: str | None = None
+    base_dir: Path = field(default_factory=Path.cwd, compare=False)
+
+    def resolve_path(self, value: str) -> Path:
+        """``value`` as a path, relative to the recipe file's folder unless absolute."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """16 hex digits identifying the data this recipe produces (see :func:`fingerprint_payload`)."""
+        payload = orjson.dumps(fingerprint_payload(self), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(payload).hexdigest()[:16]
+
+    @property
+    def config_id(self) -> str:
+        """The ``datasets`` config id: readable name plus fingerprint."""
+        return f"{self.name}-{self.fingerprint}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recipe as YAML-ready data, defaults included (round-trips through :func:`parse_recipe`)."""
+        return recipe_to_dict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_recipe(
+    source: str | Path | Mapping[str, Any] | Recipe,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+) -> Recipe:
+    """Load a recipe from a YAML path, a bundled recipe name, a mapping, or a :class:`Recipe`.
+
+    ``overrides`` is either ``["a.b=yaml-value", ...]`` (the CLI's ``--set``) or a mapping whose keys
+    are dotted paths (``{"sampling.temperature": 0}``) or section names with mapping values
+    (``{"sampling": {"temperature": 0}}``, merged into the section).
+    """
+    if isinstance(source, Recipe):
+        raw, base_dir = recipe_to_dict(source), source.base_dir
+    elif isinstance(source, Mapping):
+        raw, base_dir = copy.deepcopy(dict(source)), Path.cwd()
+    else:
+        path = find_recipe_file(source)
+        raw, base_dir = read_yaml(path), path.parent
+        raw.setdefault("name", path.stem)
+    return parse_recipe(apply_overrides(raw, overrides or {}), base_dir=base_dir)
+
+
+def find_recipe_file(source: str | Path) -> Path:
+    """A recipe path as given, else a recipe bundled in ``builder_scripts`` by file name or stem."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        return path.resolve()
+    from eagle3_raw.resources import builder_scripts_dir
+
+    bundled = builder_scripts_dir()
+    for candidate in (bundled / path.name, bundled / f"{path.name}.yaml"):
+        if not path.parent.parts and candidate.is_file():
+            return candidate
+    raise RecipeError("recipe", str(source), "expected a YAML file or a bundled recipe name")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file holding a mapping; errors name the file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise RecipeError("recipe", str(path), f"expected a readable YAML file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise RecipeError("recipe", str(path), "expected a YAML mapping at the top level")
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """``raw`` with the overrides applied (see :func:`load_recipe`); ``raw`` is not modified."""
+    result = copy.deepcopy(raw)
+    for dotted, value in _override_items(overrides):
+        _set_path(result, dotted.split("."), value)
+    return result
+
+
+def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[str, Any]]:
+    if isinstance(overrides, Mapping):
+        return [(k, v) for key, value in overrides.items() for k, v in _flatten(key, value)]
+    items = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise RecipeError("--set", item, "expected KEY=VALUE, e.g. sampling.temperature=0.7")
+        items.append((key.strip(), yaml.safe_load(text)))
+    return items
+
+
+def _flatten(key: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, Mapping) and key in _SECTIONS:
+        return [(f"{key}.{k}", v) for k, v in value.items()]
+    return [(key, value)]
+
+
+def _set_path(target: dict[str, Any], parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        child = target.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RecipeError(".".join(parts), value, f"{part!r} is not a section")
+        target = child
+    target[parts[-1]] = value
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
+    """Validate raw recipe data. Every error names the field, the bad value and what is allowed."""
+    _check_keys("", raw, _TOP_KEYS)
+    name = _get(raw, "name", "", str, "a string")
+    if not _NAME_RE.match(name):
+        raise RecipeError("name", name, "expected letters, digits, '_', '.', '-' (max 96)")
+    return Recipe(
+        name=name,
+        prompts=_parse_prompts(_section(raw, "prompts")),
+        model=_parse_model(_section(raw, "model", required=False)),
+        server=_parse_server(_section(raw, "server", required=False)),
+        sampling=_parse_sampling(_section(raw, "sampling")),
+        turns=_choice(raw, "turns", "", ("last", "all"), "last"),
+        on_truncation=_choice(raw, "on_truncation", "", ("keep", "drop"), "keep"),
+        license=_optional(raw, "license", "", str, "a string such as apache-2.0"),
+        description=_optional(raw, "description", "", str, "a string"),
+        base_dir=base_dir,
+    )
+
+
+def _parse_prompts(raw: Mapping[str, Any]) -> PromptsConfig:
+    _check_keys("prompts.", raw, _PROMPTS_KEYS)
+    return PromptsConfig(
+        source=_get(raw, "source", "prompts.", str, "a local path or a Hub dataset id"),
+        format=_choice(raw, "format", "prompts.", ("auto", "sharegpt", "openai", "prompt"), "auto"),
+        subset=_optional(raw, "subset", "prompts.", str, "a string"),
+        split=_get(raw, "split", "prompts.", str, "a split name", "train"),
+        revision=_optional(raw, "revision", "prompts.", str, "a branch, tag or commit"),
+        id_column=_optional(raw, "id_column", "prompts.", str, "a column name"),
+        limit=_optional_int(raw, "limit", "prompts.", minimum=1),
+        shuffle_seed=_optional_int(raw, "shuffle_seed", "prompts.", minimum=0),
+    )
+
+
+def _parse_model(raw: Mapping[str, Any]) -> ModelConfig:
+    _check_keys("model.", raw, _MODEL_KEYS)
+    kwargs = _get(raw, "chat_template_kwargs", "model.", dict, "a mapping", {})
+    return ModelConfig(
+        tokenizer=_get(raw, "tokenizer", "model.", str, "a local dir, a Hub id or 'reference'", "reference"),
+        revision=_optional(raw, "revision", "model.", str, "a branch, tag or commit"),
+        trust_remote_code=_get(raw, "trust_remote_code", "model.", bool, "true or false", False),
+        chat_template=_optional(raw, "chat_template", "model.", str, "a path to a Jinja template file"),
+        chat_template_kwargs=dict(kwargs),
+    )
+
+
+def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
+    _check_keys("server.", raw, _SERVER_KEYS)
+    endpoints = _endpoints(raw.get("endpoints"))
+    launch = _choice(raw, "launch", "server.", ("reference", None), None)
+    if not endpoints and launch is None:
+        raise RecipeError("server.endpoints", [], "give at least one URL, or set server.launch: reference")
+    args = _get(raw, "launch_args", "server.", list, "a list of strings", [])
+    return ServerConfig(
+        endpoints=endpoints,
+        launch=launch,
+        launch_args=tuple(str(a) for a in args),
+        api_key_env=_optional(raw, "api_key_env", "server.", str, "an environment variable name"),
+        max_in_flight=_optional_int(raw, "max_in_flight", "server.", minimum=1),
+        request_timeout=_positive(raw, "request_timeout", "server.", 600.0),
+        connect_timeout=_positive(raw, "connect_timeout", "server.", 10.0),
+        max_retries=_get_int(raw, "max_retries", "server.", 8, minimum=0),
+        wait_for_server=_positive(raw, "wait_for_server", "server.", 600.0),
+    )
+
+
+def _endpoints(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise RecipeError("server.endpoints", value, "expected a URL or a list of URLs")
+    for url in items:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise RecipeError("server.endpoints", url, "expected an http:// or https:// URL")
+    return tuple(url.rstrip("/") for url in items)
+
+
+def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
+    params = {k: v for k, v in raw.items() if k not in _OWN_SAMPLING_KEYS}
+    for key in params:
+        _check_sampling_key(key)
+    if params.get("max_new_tokens") is None:
+        raise RecipeError(
+            "sampling.max_new_tokens", params.get("max_new_tokens"),
+            "required: an integer >= 1 (SGLang's default of 128 silently truncates)",
+        )  # fmt: skip
+    for key, value in params.items():
+        _check_sampling_value(key, value)
+    return SamplingConfig(
+        params=params,
+        samples_per_prompt=_get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1),
+        seed=_get_int(raw, "seed", "sampling.", 0, minimum=0),
+    )
+
+
+def _check_sampling_key(key: str) -> None:
+    if key in MANAGED_SAMPLING_KEYS:
+        raise RecipeError(f"sampling.{key}", key, f"not settable: {MANAGED_SAMPLING_KEYS[key]}")
+    if key not in SGLANG_SAMPLING_DEFAULTS and key not in SGLANG_OPTIONAL_SAMPLING_KEYS:
+        allowed = sorted({*SGLANG_SAMPLING_DEFAULTS, *SGLANG_OPTIONAL_SAMPLING_KEYS, *_OWN_SAMPLING_KEYS})
+        raise RecipeError(
+            f"sampling.{key}", key, f"not an SGLang sampling key; allowed: {', '.join(allowed)}"
+        )
+
+
+def _check_sampling_value(key: str, value: Any) -> None:
+    check = _SAMPLING_CHECKS.get(key)
+    if check is not None and not check[0](value):
+        raise RecipeError(f"sampling.{key}", value, check[1])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _num_in(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], bool]:
+    return lambda v: _is_number(v) and (v > low if low_open else v >= low) and v <= high
+
+
+_SAMPLING_CHECKS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
+    "max_new_tokens": (lambda v: _is_int(v) and v >= 1, "expected an integer >= 1"),
+    "min_new_tokens": (lambda v: _is_int(v) and v >= 0, "expected an integer >= 0"),
+    "temperature": (lambda v: _is_number(v) and v >= 0, "expected a finite number >= 0 (0 = greedy)"),
+    "top_p": (_num_in(0.0, 1.0, low_open=True), "expected a number in (0, 1]"),
+    "top_k": (lambda v: _is_int(v) and (v == -1 or v >= 1), "expected -1 (all) or an integer >= 1"),
+    "min_p": (_num_in(0.0, 1.0), "expected a number in [0, 1]"),
+    "frequency_penalty": (_num_in(-2.0, 2.0), "expected a number in [-2, 2]"),
+    "presence_penalty": (_num_in(-2.0, 2.0), "expected a number in [-2, 2]"),
+    "repetition_penalty": (_num_in(0.0, 2.0, low_open=True), "expected a number in (0, 2]"),
+    "ignore_eos": (lambda v: isinstance(v, bool), "expected true or false"),
+    "skip_special_tokens": (lambda v: isinstance(v, bool), "expected true or false"),
+    "stop_token_ids": (lambda v: isinstance(v, list) and all(map(_is_int, v)), "expected a list of ints"),
+    "stop": (
+        lambda v: (
+            isinstance(v, str)
+            or (isinstance(v, list) and len(v) <= 32 and all(isinstance(s, str) for s in v))
+        ),
+        "expected a string or a list of at most 32 strings",
+    ),
+}
+
+
+# --- small typed getters -----------------------------------------------------------------------
+
+
+def _section(raw: Mapping[str, Any], name: str, *, required: bool = True) -> Mapping[str, Any]:
+    value = raw.get(name)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RecipeError(name, value, "expected a mapping (a YAML section)")
+    return value
+
+
+def _check_keys(prefix: str, raw: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    for key in raw:
+        if key not in allowed:
+            raise RecipeError(
+                f"{prefix}{key}", raw[key], f"unknown field; allowed: {', '.join(sorted(allowed))}"
+            )
+
+
+def _get(raw: Mapping[str, Any], key: str, prefix: str, kind: type[T], allowed: str, default: Any = ...) -> T:
+    value = raw.get(key, default)
+    if value is ... or (value is None and default is ...):
+        raise RecipeError(f"{prefix}{key}", None, f"required: {allowed}")
+    if value is None:
+        value = default
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise RecipeError(f"{prefix}{key}", value, f"expected {allowed}")
+    return value
+
+
+def _optional(raw: Mapping[str, Any], key: str, prefix: str, kind: type[T], allowed: str) -> T | None:
+    return None if raw.get(key) is None else _get(raw, key, prefix, kind, allowed)
+
+
+def _get_int(raw: Mapping[str, Any], key: str, prefix: str, default: int, *, minimum: int) -> int:
+    value = _get(raw, key, prefix, int, f"an integer >= {minimum}", default)
+    if value < minimum:
+        raise RecipeError(f"{prefix}{key}", value, f"expected an integer >= {minimum}")
+    return value
+
+
+def _optional_int(raw: Mapping[str, Any], key: str, prefix: str, *, minimum: int) -> int | None:
+    return None if raw.get(key) is None else _get_int(raw, key, prefix, 0, minimum=minimum)
+
+
+def _positive(raw: Mapping[str, Any], key: str, prefix: str, default: float) -> float:
+    value = raw.get(key, default)
+    if not _is_number(value) or value <= 0:
+        raise RecipeError(f"{prefix}{key}", value, "expected a positive number of seconds")
+    return float(value)
+
+
+def _choice(raw: Mapping[str, Any], key: str, prefix: str, allowed: Sequence[Any], default: Any) -> Any:
+    value = raw.get(key, default)
+    if value not in allowed:
+        shown = ", ".join("null" if a is None else str(a) for a in allowed)
+        raise RecipeError(f"{prefix}{key}", value, f"expected one of: {shown}")
+    return value
+
+
+_TOP_KEYS = frozenset(
+    {"name", "prompts", "model", "server", "sampling", "turns", "on_truncation", "license", "description"}
+)
+_SECTIONS = frozenset({"prompts", "model", "server", "sampling"})
+_PROMPTS_KEYS = frozenset(PromptsConfig.__dataclass_fields__)
+_MODEL_KEYS = frozenset(ModelConfig.__dataclass_fields__)
+_SERVER_KEYS = frozenset(ServerConfig.__dataclass_fields__)
+
+
+# --- output and fingerprint ------------------------------------------------------------------
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """YAML-ready data with every field (defaults included); ``base_dir`` is not part of it."""
+    from dataclasses import asdict
+
+    server = asdict(recipe.server)
+    server["endpoints"] = list(recipe.server.endpoints)
+    server["launch_args"] = list(recipe.server.launch_args)
+    sampling = recipe.sampling
+    return {
+        "name": recipe.name,
+        "description": recipe.description,
+        "license": recipe.license,
+        "prompts": asdict(recipe.prompts),
+        "turns": recipe.turns,
+        "model": {**asdict(recipe.model), "chat_template_kwargs": dict(recipe.model.chat_template_kwargs)},
+        "server": server,
+        "sampling": {
+            **dict(sampling.params),
+            "samples_per_prompt": sampling.samples_per_prompt,
+            "seed": sampling.seed,
+        },
+        "on_truncation": recipe.on_truncation,
+    }
+
+
+def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
+    """Everything that changes the data, canonical: defaults resolved, local files by content digest.
+
+    A local path enters only through its content (moving a file keeps the fingerprint); a Hub id
+    enters with its revision as written (pin ``revision`` for a fingerprint that means one thing).
+    """
+    return {
+        "schema": SCHEMA_VERSION,
+        "prompts": _prompts_identity(recipe),
+        "turns": recipe.turns,
+        "model": _model_identity(recipe),
+        "sampling": {
+            "params": _canonical_params(recipe.sampling.request_params()),
+            "samples_per_prompt": recipe.sampling.samples_per_prompt,
+            "seed": recipe.sampling.seed,
+        },
+        "on_truncation": recipe.on_truncation,
+    }
+
+
+def _canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    result = dict(params)
+    if result.get("top_k") == -1:
+        result["top_k"] = SGLANG_SAMPLING_DEFAULTS["top_k"]
+    for key, value in result.items():
+        if isinstance(value, int) and not isinstance(value, bool) and key in _FLOAT_KEYS:
+            result[key] = float(value)
+    return result
+
+
+_FLOAT_KEYS = frozenset(
+    {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"}
+)
+
+
+def _prompts_identity(recipe: Recipe) -> dict[str, Any]:
+    p = recipe.prompts
+    local = recipe.resolve_path(p.source)
+    source: dict[str, Any] = (
+        {"content": digest_path(local)}
+        if local.exists()
+        else {"hub": p.source, "subset": p.subset, "split": p.split, "revision": p.revision}
+    )
+    return {
+        "source": source,
+        "format": p.format,
+        "id_column": p.id_column,
+        "limit": p.limit,
+        "shuffle_seed": p.shuffle_seed,
+    }
+
+
+def _model_identity(recipe: Recipe) -> dict[str, Any]:
+    m = recipe.model
+    tokenizer_dir = tokenizer_path(recipe)
+    return {
+        "tokenizer": (
+            {"content": digest_path(tokenizer_dir)}
+            if tokenizer_dir is not None
+            else {"hub": m.tokenizer, "revision": m.revision}
+        ),
+        "chat_template": digest_path(recipe.resolve_path(m.chat_template)) if m.chat_template else None,
+        "chat_template_kwargs": dict(m.chat_template_kwargs),
+    }
+
+
+def tokenizer_path(recipe: Recipe) -> Path | None:
+    """The local tokenizer directory of the recipe, or None when ``model.tokenizer`` is a Hub id."""
+    if recipe.model.tokenizer == REFERENCE_TOKENIZER:
+        from eagle3_raw.resources import reference_model_dir
+
+        return reference_model_dir()
+    local = recipe.resolve_path(recipe.model.tokenizer)
+    return local if local.is_dir() else None
+
+
+def digest_path(path: Path) -> str:
+    """sha256 over a file's bytes, or over a folder's files (relative names and bytes, sorted).
+
+    In a folder, only text-like files count (JSON, Jinja, vocabularies, data files), so a model
+    folder's multi-GB weights are never read.
+    """
+    if not path.exists():
+        raise RecipeError("path", str(path), "expected an existing file or folder")
+    if path.is_file():
+        files = [(path.name, path)]
+    else:
+        files = sorted((p.relative_to(path).as_posix(), p) for p in path.rglob("*") if _digestible(p))
+    digest = hashlib.sha256()
+    for name, file in files:
+        digest.update(name.encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+_WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"})
+
+
+def _digestible(path: Path) -> bool:
+    hidden = any(part.startswith(".") or part == "__pycache__" for part in path.parts)
+    return path.is_file() and not hidden and path.suffix not in _WEIGHT_SUFFIXES
