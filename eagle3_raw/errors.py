@@ -60,9 +60,10 @@ class RowError(Eagle3RawError):
 
     kind = "failed"
 
-    def __init__(self, message: str, *, row_id: str = "") -> None:
+    def __init__(self, message: str, *, row_id: str = "", index: int = -1) -> None:
         super().__init__(message)
         self.row_id = row_id
+        self.index = index
 
     @property
     def reason(self) -> str:
