@@ -54,6 +54,7 @@ SEGMENT_COUNTS = {"think": 900, "answer": 900, "list_item": 300, "code": 150, "t
 
 SLOT = re.compile(r"\{([a-z_]+)\}")
 TIMEZONES = ["UTC", "Europe/Paris", "Europe/London", "Asia/Tokyo", "America/New_York", "Australia/Sydney"]
+PHRASES = ["{adj} {noun}", "{verb} the {noun}", "{noun} in {city}", "{adj} {topic}"]
 EXTENSIONS = ["txt", "py", "json", "csv", "md", "yaml", "log"]
 
 
@@ -83,7 +84,7 @@ class TextGen:
             "num": lambda: str(self.number()),
             "small": lambda: str(self.rng.randint(1, 9)),
             "float": lambda: f"{self.rng.uniform(0, 1000):.{self.rng.randint(1, 3)}f}",
-            "price": lambda: f"{self.pick(['$', '€', '£'])}{self.rng.randint(1, 999)}.{self.rng.randint(0, 99):02d}",
+            "price": lambda: f"{self.pick(['$', '€', '£'])}{self.rng.randint(1, 999)}.{self.two_digits(99)}",
             "year": lambda: str(self.rng.randint(1900, 2030)),
             "temp": lambda: str(self.rng.randint(-10, 38)),
             "ident": self.ident,
@@ -91,9 +92,9 @@ class TextGen:
             "phrase": self.phrase,
             "sentence": lambda: self.fill(self.pick(self.lex["t_answer"])),
             "email": lambda: f"{self.pick(self.lex['name']).lower()}.{self.pseudo_word()}@example.com",
-            "date": lambda: f"{self.rng.randint(2020, 2027)}-{self.rng.randint(1, 12):02d}-{self.rng.randint(1, 28):02d}",
-            "clock": lambda: f"{self.rng.randint(0, 23):02d}:{self.pick(['00', '15', '30', '45'])}",
-            "path": lambda: f"/home/{self.pick(self.lex['name']).lower()}/{self.ident()}.{self.pick(EXTENSIONS)}",
+            "date": self.date,
+            "clock": lambda: f"{self.two_digits(23)}:{self.pick(['00', '15', '30', '45'])}",
+            "path": self.path,
             "expression": lambda: f"({self.number()} + {self.number()}) * {self.rng.randint(2, 9)}",
             "code_line": lambda: f"print(sum(range({self.number()})))",
             "timezone": lambda: self.pick(TIMEZONES),
@@ -104,6 +105,15 @@ class TextGen:
     def _parse_tool(line: str) -> tuple[str, list[tuple[str, str]]]:
         name, _, args = line.partition("|")
         return name, [(a.split(":")[0].strip(), a.split(":")[1].strip()) for a in args.split(",")]
+
+    def two_digits(self, high: int, low: int = 0) -> str:
+        return f"{self.rng.randint(low, high):02d}"
+
+    def date(self) -> str:
+        return f"{self.rng.randint(2020, 2027)}-{self.two_digits(12, 1)}-{self.two_digits(28, 1)}"
+
+    def path(self) -> str:
+        return f"/home/{self.pick(self.lex['name']).lower()}/{self.ident()}.{self.pick(EXTENSIONS)}"
 
     def pick(self, items: list[str]) -> str:
         return items[self.rng.randrange(len(items))]
@@ -121,7 +131,7 @@ class TextGen:
         return "_".join(parts[: self.rng.randint(1, 2)]).replace(" ", "_").lower()
 
     def phrase(self) -> str:
-        return self.fill(self.pick(["{adj} {noun}", "{verb} the {noun}", "{noun} in {city}", "{adj} {topic}"]))
+        return self.fill(self.pick(PHRASES))
 
     def slot(self, match: re.Match[str]) -> str:
         name = match.group(1)
@@ -230,9 +240,10 @@ def segment_library(tokenizer: Tokenizer, gen: TextGen) -> dict[str, Any]:
         texts = list(unique_texts(make, SEGMENT_COUNTS[kind]))
         library[kind] = ids(texts)
         if kind in ("think", "answer"):
-            library[kind] = [list(pair) for pair in zip(library[kind], ids([" " + t for t in texts]))]
+            spaced = ids([" " + t for t in texts])
+            library[kind] = [list(pair) for pair in zip(library[kind], spaced, strict=True)]
     glue = {"newline": "\n", "paragraph": "\n\n"}
-    library["glue"] = {name: tokenizer.encode(text, add_special_tokens=False).ids for name, text in glue.items()}
+    library["glue"] = {name: ids([text])[0] for name, text in glue.items()}
     return library
 
 
@@ -319,7 +330,7 @@ def build(out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
     build(parser.parse_args(argv).out)
     return 0
 
