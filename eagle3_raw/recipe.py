@@ -223,6 +223,11 @@ def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any] | Sequence
     return result
 
 
+def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
+    """``["a.b=yaml-value", ...]`` (the CLI's ``--set``) as a mapping of dotted paths to values."""
+    return dict(_override_items(items))
+
+
 def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[str, Any]]:
     if isinstance(overrides, Mapping):
         return [(k, v) for key, value in overrides.items() for k, v in _flatten(key, value)]

@@ -1,0 +1,166 @@
+"""Recipe parsing, validation messages, overrides and the fingerprint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eagle3_raw.errors import RecipeError
+from eagle3_raw.recipe import Recipe, load_recipe, parse_set_args
+
+
+def _raw(**changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "name": "t",
+        "prompts": {"source": "prompts.jsonl"},
+        "server": {"endpoints": ["http://127.0.0.1:30000"]},
+        "sampling": {"max_new_tokens": 64, "temperature": 0.7},
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            raw.setdefault(section, {})[field] = value
+        else:
+            raw[section] = value
+    return raw
+
+
+@pytest.fixture()
+def recipe_dir(tmp_path: Path) -> Path:
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    return tmp_path
+
+
+def _load(recipe_dir: Path, **changes: Any) -> Recipe:
+    path = recipe_dir / "r.yaml"
+    path.write_text(yaml.safe_dump(_raw(**changes)))
+    return load_recipe(path)
+
+
+def test_yaml_round_trip_keeps_every_field(recipe_dir: Path) -> None:
+    recipe = _load(recipe_dir, turns="all", model__chat_template_kwargs={"enable_thinking": False})
+    again = load_recipe(yaml.safe_load(recipe.to_yaml()))
+    assert again.to_dict() == recipe.to_dict()
+    assert again.turns == "all" and again.model.chat_template_kwargs == {"enable_thinking": False}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "hint"),
+    [
+        ({"turns": "first"}, "turns", "last, all"),
+        ({"sampling__top_p": 0.0}, "sampling.top_p", "(0, 1]"),
+        ({"sampling__top_k": 0}, "sampling.top_k", "-1 (all)"),
+        ({"sampling__seed_": 1}, "sampling.seed_", "not an SGLang sampling key"),
+        ({"sampling__max_tokens": 5}, "sampling.max_tokens", "not an SGLang sampling key"),
+        ({"sampling__n": 2}, "sampling.n", "samples_per_prompt"),
+        ({"sampling__temperature": "hot"}, "sampling.temperature", ">= 0"),
+        ({"sampling__samples_per_prompt": 0}, "sampling.samples_per_prompt", ">= 1"),
+        ({"prompts__format": "csv"}, "prompts.format", "sharegpt"),
+        ({"prompts__limit": -3}, "prompts.limit", ">= 1"),
+        ({"server": {}}, "server.endpoints", "launch: reference"),
+        ({"server__endpoints": ["localhost:30000"]}, "server.endpoints", "http://"),
+        ({"on_truncation": "cut"}, "on_truncation", "keep, drop"),
+        ({"extra": 1}, "extra", "unknown field"),
+    ],
+)
+def test_bad_field_names_field_value_and_allowed(
+    recipe_dir: Path, changes: dict[str, Any], field: str, hint: str
+) -> None:
+    with pytest.raises(RecipeError) as info:
+        _load(recipe_dir, **changes)
+    assert info.value.field == field
+    assert hint in str(info.value)
+    assert field in str(info.value)
+
+
+def test_max_new_tokens_is_required(recipe_dir: Path) -> None:
+    raw = _raw()
+    del raw["sampling"]["max_new_tokens"]
+    with pytest.raises(RecipeError, match="128"):
+        load_recipe(raw)
+
+
+def test_fingerprint_ignores_transport_and_resolves_defaults(recipe_dir: Path) -> None:
+    base = _load(recipe_dir)
+    transport = _load(
+        recipe_dir,
+        server={
+            "endpoints": ["http://10.0.0.1:1", "http://10.0.0.2:1"],
+            "max_in_flight": 7,
+            "request_timeout": 5,
+        },
+    )
+    explicit_defaults = _load(recipe_dir, sampling__top_p=1.0, sampling__top_k=-1, sampling__min_p=0)
+    assert base.fingerprint == transport.fingerprint == explicit_defaults.fingerprint
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"sampling__temperature": 0.0},
+        {"sampling__max_new_tokens": 65},
+        {"sampling__seed": 1},
+        {"sampling__samples_per_prompt": 2},
+        {"turns": "all"},
+        {"on_truncation": "drop"},
+        {"prompts__limit": 10},
+        {"model__chat_template_kwargs": {"enable_thinking": False}},
+    ],
+)
+def test_fingerprint_changes_with_data_changing_fields(recipe_dir: Path, changes: dict[str, Any]) -> None:
+    assert _load(recipe_dir).fingerprint != _load(recipe_dir, **changes).fingerprint
+
+
+def test_fingerprint_follows_source_content_not_path(
+    recipe_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    before = _load(recipe_dir)
+    elsewhere = tmp_path_factory.mktemp("moved")
+    (elsewhere / "prompts.jsonl").write_bytes((recipe_dir / "prompts.jsonl").read_bytes())
+    assert _load(elsewhere).fingerprint == before.fingerprint
+    (recipe_dir / "prompts.jsonl").write_text('{"prompt": "hello"}\n')
+    assert _load(recipe_dir).fingerprint != before.fingerprint
+
+
+def test_overrides_dotted_sections_and_set_args(recipe_dir: Path) -> None:
+    path = recipe_dir / "r.yaml"
+    path.write_text(yaml.safe_dump(_raw()))
+    by_set = load_recipe(path, ["sampling.temperature=0", "prompts.limit=5", "server.endpoints=[http://h:1]"])
+    by_dotted = load_recipe(
+        path, {"sampling.temperature": 0, "prompts.limit": 5, "server.endpoints": ["http://h:1"]}
+    )
+    by_section = load_recipe(
+        path,
+        {"sampling": {"temperature": 0}, "prompts": {"limit": 5}, "server": {"endpoints": ["http://h:1"]}},
+    )
+    assert by_set.to_dict() == by_dotted.to_dict() == by_section.to_dict()
+    assert by_set.sampling.params["temperature"] == 0 and by_set.sampling.params["max_new_tokens"] == 64
+    assert by_set.server.endpoints == ("http://h:1",)
+    assert parse_set_args(["a.b=[1, 2]", "c=x"]) == {"a.b": [1, 2], "c": "x"}
+
+
+def test_bad_set_argument_is_refused() -> None:
+    with pytest.raises(RecipeError, match="KEY=VALUE"):
+        parse_set_args(["sampling.temperature"])
+
+
+def test_relative_paths_resolve_from_recipe_folder(recipe_dir: Path) -> None:
+    recipe = _load(recipe_dir)
+    assert recipe.resolve_path(recipe.prompts.source) == recipe_dir / "prompts.jsonl"
+
+
+def test_name_defaults_to_file_stem(recipe_dir: Path) -> None:
+    raw = _raw()
+    del raw["name"]
+    path = recipe_dir / "my-set.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert load_recipe(path).name == "my-set"
+
+
+def test_request_params_send_resolved_defaults(recipe_dir: Path) -> None:
+    params = _load(recipe_dir).sampling.request_params()
+    assert params["max_new_tokens"] == 64 and params["temperature"] == 0.7
+    assert params["top_p"] == 1.0 and params["top_k"] == 1073741824
