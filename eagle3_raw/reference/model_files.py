@@ -1,0 +1,34 @@
+"""Loading the reference model's tokenizer (its folder is :func:`eagle3_raw.resources.reference_model_dir`).
+
+Token ids of the packaged tokenizer (6144 ids, no BOS; all other ids are byte-level BPE):
+``<|endoftext|>`` 6137 (pad), ``<|im_start|>`` 6138, ``<|im_end|>`` 6139 (EOS), and the added
+tokens that decoding keeps even with ``skip_special_tokens`` (as in Qwen3): ``<think>`` 6140,
+``</think>`` 6141, ``<tool_call>`` 6142, ``</tool_call>`` 6143.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from eagle3_raw.resources import reference_model_dir
+
+if TYPE_CHECKING:
+    import tokenizers
+    from transformers import PreTrainedTokenizerBase
+
+
+def load_tokenizer(model_dir: Path | None = None) -> PreTrainedTokenizerBase:
+    """The ``transformers`` tokenizer with the chat template, loaded offline (imports transformers)."""
+    from transformers import AutoTokenizer
+
+    path = model_dir or reference_model_dir()
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    return tokenizer
+
+
+def load_raw_tokenizer(model_dir: Path | None = None) -> tokenizers.Tokenizer:
+    """The bare ``tokenizers`` tokenizer: fast to load, no chat template."""
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_file(str((model_dir or reference_model_dir()) / "tokenizer.json"))
