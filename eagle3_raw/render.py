@@ -1,0 +1,253 @@
+"""Rendering: conversations -> prompt token ids, with the model's own chat template.
+
+Each generation point of a conversation becomes one :class:`PromptTurn`: the messages before it are
+rendered by ``tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=True,
+tokenize=False, **model.chat_template_kwargs)`` and the text is encoded with
+``add_special_tokens=False``. That is exactly what ``apply_chat_template(..., tokenize=True)`` does in
+transformers 5 (and what SGLang's chat endpoint sends): the template is the whole prompt.
+
+BOS rule: the template alone decides. A template that writes ``{{ bos_token }}`` gets one BOS; the
+tokenizer's post-processor never adds another, and never adds one the template left out.
+
+Generation points (``turns``): ``last`` is the final assistant message when the conversation ends
+with one (its prompt is the messages before it), else the end of the conversation. ``all`` is every
+assistant message, plus the end when the conversation does not end with an assistant message.
+``PromptTurn.turn`` is the point's index in the message list. A point with no message before it is
+not a generation point; whether any other history is acceptable (no user message, an assistant
+message last) is the template's call: when it raises, the conversation is a
+:class:`~eagle3_raw.errors.PromptFormatError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from eagle3_raw.errors import PromptFormatError, RecipeError
+from eagle3_raw.prompts import Conversation
+from eagle3_raw.recipe import Recipe, tokenizer_path
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+_TEMPLATE_FAILURES: tuple[type[Exception], ...] = (
+    TypeError,
+    ValueError,
+    KeyError,
+    IndexError,
+    AttributeError,
+)
+
+
+@dataclass(frozen=True)
+class PromptTurn:
+    """The prompt of one generation point: ``prompt_ids`` exactly as they will be sent."""
+
+    index: int
+    source_id: str
+    turn: int
+    prompt_ids: list[int]
+
+
+class Renderer:
+    """Renders conversations with the recipe's tokenizer and chat template.
+
+    Loading raises :class:`RecipeError` (on ``model.tokenizer``, ``model.chat_template`` or
+    ``model.chat_template_kwargs``) when the tokenizer cannot be loaded, the template override
+    cannot be read, no chat template is available, or a keyword collides with
+    ``apply_chat_template``'s own arguments.
+    """
+
+    def __init__(self, recipe: Recipe) -> None:
+        self._model = recipe.model
+        self._turns = recipe.turns
+        self._local = tokenizer_path(recipe)
+        self._tokenizer = load_tokenizer(recipe)
+        if recipe.model.chat_template is not None:
+            self._tokenizer.chat_template = read_template(recipe)
+        if self._tokenizer.chat_template is None:
+            raise RecipeError("model.chat_template", None, "the tokenizer has no chat template; give a file")
+        self._kwargs = checked_kwargs(self._tokenizer, recipe.model.chat_template_kwargs)
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The Hugging Face tokenizer (with the template override applied, if any)."""
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        """Every id the tokenizer knows, added tokens included (``len(tokenizer)``)."""
+        return len(self._tokenizer)
+
+    @functools.cached_property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The tokenizer's EOS id and those of the model's ``generation_config.json``/``config.json``."""
+        ids = {self._tokenizer.eos_token_id} if self._tokenizer.eos_token_id is not None else set()
+        for name in ("generation_config.json", "config.json"):
+            ids |= _eos_ids_in(self._model_file(name))
+        return frozenset(ids)
+
+    def render(self, conv: Conversation) -> list[PromptTurn]:
+        """One :class:`PromptTurn` per generation point, in message order.
+
+        Raises :class:`PromptFormatError` when the template refuses the conversation or it has no
+        generation point (a single assistant message).
+        """
+        points = generation_points(conv.messages, self._turns)
+        if not points:
+            message = f"row {conv.source_id!r}: nothing to generate (no message before the assistant turn)"
+            raise PromptFormatError(message, row_id=conv.source_id, index=conv.index)
+        return [PromptTurn(conv.index, conv.source_id, p, self._prompt_ids(conv, p)) for p in points]
+
+    def prompt_text(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> str:
+        """The chat template's rendering of ``messages`` followed by the generation prompt."""
+        text = self._tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] if tools else None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **self._kwargs,
+        )
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` as ids, no special tokens added (the template wrote the ones it wants)."""
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _prompt_ids(self, conv: Conversation, turn: int) -> list[int]:
+        import jinja2
+
+        failures: tuple[type[Exception], ...] = (jinja2.TemplateError, *_TEMPLATE_FAILURES)
+        try:
+            text = self.prompt_text(conv.messages[:turn], conv.tools)
+        except failures as exc:
+            problem = f"the chat template refused it ({type(exc).__name__}: {exc})"
+            message = f"row {conv.source_id!r} turn {turn}: {problem}"
+            raise PromptFormatError(message, row_id=conv.source_id, index=conv.index) from exc
+        return self.encode(text)
+
+    def identity(self) -> dict[str, str]:
+        """What the prompt ids depend on, for the manifest and the dataset card."""
+        return {
+            "tokenizer": self._model.tokenizer,
+            "tokenizer_revision": self._model.revision or "",
+            "name_or_path": str(self._tokenizer.name_or_path),
+            "tokenizer_sha256": self._tokenizer_digest(),
+            "chat_template_sha256": template_digest(self._tokenizer.chat_template),
+            "chat_template_kwargs": orjson.dumps(dict(self._kwargs), option=orjson.OPT_SORT_KEYS).decode(),
+            "vocab_size": str(self.vocab_size),
+        }
+
+    def _tokenizer_digest(self) -> str:
+        """sha256 of ``tokenizer.json``, else of the vocabulary files (names and bytes), else ""."""
+        single = self._model_file("tokenizer.json")
+        if single is not None:
+            return _file_digest([single], names=False)
+        names = sorted(set(getattr(self._tokenizer, "vocab_files_names", {}).values()))
+        files = [f for f in map(self._model_file, names) if f is not None]
+        return _file_digest(files, names=True) if files else ""
+
+    def _model_file(self, name: str) -> Path | None:
+        """A file of the tokenizer's folder or Hub repo (None when it has none or it cannot be fetched)."""
+        if self._local is not None:
+            path = self._local / name
+            return path if path.is_file() else None
+        from huggingface_hub import hf_hub_download
+
+        try:
+            return Path(hf_hub_download(self._model.tokenizer, name, revision=self._model.revision))
+        except Exception:  # best effort: a missing optional file is not an error
+            return None
+
+
+def generation_points(messages: Sequence[Mapping[str, Any]], turns: str) -> list[int]:
+    """Indexes in ``messages`` where the model generates (see the module docs), in order."""
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    ends_with_assistant = bool(assistants) and assistants[-1] == len(messages) - 1
+    if turns == "last":
+        points = [assistants[-1]] if ends_with_assistant else [len(messages)]
+    else:
+        points = assistants if ends_with_assistant else [*assistants, len(messages)]
+    return [p for p in points if p > 0]
+
+
+def load_tokenizer(recipe: Recipe) -> PreTrainedTokenizerBase:
+    """The recipe's tokenizer: its local folder, or a Hub id at ``model.revision``."""
+    from transformers import AutoTokenizer
+
+    local = tokenizer_path(recipe)
+    source = str(local) if local is not None else recipe.model.tokenizer
+    try:
+        return AutoTokenizer.from_pretrained(
+            source, revision=recipe.model.revision, trust_remote_code=recipe.model.trust_remote_code
+        )
+    except Exception as exc:  # transformers raises many kinds (OSError, ValueError, HTTP errors)
+        raise RecipeError(
+            "model.tokenizer",
+            recipe.model.tokenizer,
+            f"could not load a tokenizer from {source} ({type(exc).__name__}: {exc})",
+        ) from exc
+
+
+def read_template(recipe: Recipe) -> str:
+    """The text of the ``model.chat_template`` override file."""
+    assert recipe.model.chat_template is not None
+    path = recipe.resolve_path(recipe.model.chat_template)
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(
+            "model.chat_template", str(path), f"expected a readable Jinja file ({exc})"
+        ) from exc
+
+
+def checked_kwargs(tokenizer: PreTrainedTokenizerBase, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``chat_template_kwargs``, refused if one would collide with an argument eagle3_raw passes."""
+    reserved = set(inspect.signature(tokenizer.apply_chat_template).parameters) - {"kwargs"}
+    clashes = sorted(reserved.intersection(kwargs) | {"messages"}.intersection(kwargs))
+    if clashes:
+        raise RecipeError(
+            "model.chat_template_kwargs", dict(kwargs), f"{', '.join(clashes)} are set by eagle3_raw itself"
+        )
+    return dict(kwargs)
+
+
+def template_digest(template: str | Mapping[str, str] | None) -> str:
+    """sha256 of the template text (of the canonical JSON of a tokenizer's named templates)."""
+    if template is None:
+        return ""
+    data = (
+        template.encode()
+        if isinstance(template, str)
+        else orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
+    )
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_digest(files: Sequence[Path], *, names: bool) -> str:
+    digest = hashlib.sha256()
+    for file in files:
+        if names:
+            digest.update(file.name.encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _eos_ids_in(path: Path | None) -> set[int]:
+    if path is None:
+        return set()
+    try:
+        value = orjson.loads(path.read_bytes()).get("eos_token_id")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return set()
+    values = value if isinstance(value, list) else [value]
+    return {v for v in values if isinstance(v, int) and not isinstance(v, bool)}
