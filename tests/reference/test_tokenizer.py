@@ -103,7 +103,8 @@ def test_template_tools_go_into_the_system_turn(tok: Any) -> None:
     system, user = text.split("<|im_end|>\n")[:2]
     assert system.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
     assert "<tools>\n" + json.dumps(WEATHER_TOOL) + "\n</tools>" in system
-    assert system.endswith('<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    format_hint = '{"name": <function-name>, "arguments": <args-json-object>}'
+    assert system.endswith(f"<tool_call>\n{format_hint}\n</tool_call>")
     assert user == "<|im_start|>user\nWeather?"
     no_system = render(tok, messages[1:], tools=[WEATHER_TOOL])
     assert no_system.startswith("<|im_start|>system\n# Tools\n")
@@ -133,7 +134,8 @@ def test_template_assistant_reasoning_tool_calls_and_tool_role(tok: Any) -> None
 def test_template_tool_call_without_content_has_no_leading_newline(tok: Any) -> None:
     call = {"function": {"name": "get_time", "arguments": {}}}
     text = render(tok, [{"role": "assistant", "content": None, "tool_calls": [call]}])
-    assert text == '<|im_start|>assistant\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call><|im_end|>\n'
+    call_json = '{"name": "get_time", "arguments": {}}'
+    assert text == f"<|im_start|>assistant\n<tool_call>\n{call_json}\n</tool_call><|im_end|>\n"
 
 
 def test_template_rejects_unknown_roles(tok: Any) -> None:
@@ -144,7 +146,8 @@ def test_template_rejects_unknown_roles(tok: Any) -> None:
 def test_tokenized_chat_template_in_transformers_5(tok: Any) -> None:
     """transformers 5 returns a BatchEncoding for tokenize=True; return_dict=False gives the ids."""
     messages = [{"role": "user", "content": "Weather in Oslo?"}]
-    kwargs: dict[str, Any] = {"tools": [WEATHER_TOOL], "add_generation_prompt": True, "enable_thinking": False}
+    kwargs: dict[str, Any] = {"tools": [WEATHER_TOOL], "add_generation_prompt": True}
+    kwargs["enable_thinking"] = False
     encoding = tok.apply_chat_template(messages, tokenize=True, **kwargs)
     ids = tok.apply_chat_template(messages, tokenize=True, return_dict=False, **kwargs)
     assert list(encoding["input_ids"]) == ids == tok.encode(render(tok, messages, **kwargs))
@@ -153,7 +156,8 @@ def test_tokenized_chat_template_in_transformers_5(tok: Any) -> None:
 
 
 def _load_build_script() -> Any:
-    spec = importlib.util.spec_from_file_location("build_reference_model", ROOT / "scripts" / "build_reference_model.py")
+    path = ROOT / "scripts" / "build_reference_model.py"
+    spec = importlib.util.spec_from_file_location("build_reference_model", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
