@@ -11,14 +11,18 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset, load_dataset
+from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub import (
+    CommitInfo,
     CommitOperationAdd,
     CommitOperationCopy,
     CommitOperationDelete,
     DatasetCard,
     HfApi,
     HfFileSystem,
+    RepoFile,
     hf_hub_download,
+    snapshot_download,
 )
 from huggingface_hub.errors import (
     BadRequestError,
@@ -35,10 +39,22 @@ except ModuleNotFoundError:  # `tests` is a package only when the repo root is o
     from support.hub_server import HubServer, hub, hub_server  # type: ignore[no-redef]  # noqa: F401
 
 REPO = "alice/emu"
+Operation = CommitOperationAdd | CommitOperationCopy | CommitOperationDelete
 
 
 def _api(hub: HubServer, token: str | bool | None = None) -> HfApi:
     return HfApi(token=hub.tokens.write if token is None else token)
+
+
+def _upload(api: HfApi, path: str, data: bytes, **kwargs: str) -> CommitInfo:
+    return api.upload_file(
+        path_or_fileobj=data, path_in_repo=path, repo_id=REPO, repo_type="dataset", **kwargs
+    )
+
+
+def _files(api: HfApi, revision: str = "main") -> dict[str, RepoFile]:
+    tree = api.list_repo_tree(REPO, repo_type="dataset", recursive=True, revision=revision)
+    return {entry.path: entry for entry in tree if isinstance(entry, RepoFile)}
 
 
 def _status(err: pytest.ExceptionInfo[HfHubHTTPError]) -> int:
@@ -50,31 +66,39 @@ def test_upload_list_and_download_by_branch_tag_and_commit(hub: HubServer, tmp_p
     api.create_repo(REPO, repo_type="dataset", private=True)
     api.create_repo(REPO, repo_type="dataset", exist_ok=True)
     small, big = b"rows: 3\n", os.urandom(64 * 1024)
-    api.upload_file(path_or_fileobj=small, path_in_repo="notes.txt", repo_id=REPO, repo_type="dataset")
-    tagged = api.upload_file(
-        path_or_fileobj=big, path_in_repo="data/shard.bin", repo_id=REPO, repo_type="dataset"
-    )
+    _upload(api, "notes.txt", small)
+    tagged = _upload(api, "data/shard.bin", big)
     api.create_tag(REPO, tag="v1", repo_type="dataset")
-    api.upload_file(path_or_fileobj=b"later\n", path_in_repo="notes.txt", repo_id=REPO, repo_type="dataset")
+    _upload(api, "notes.txt", b"later\n")
 
-    tree = {e.path: e for e in api.list_repo_tree(REPO, repo_type="dataset", recursive=True, revision="v1")}
-    assert set(tree) == {".gitattributes", "notes.txt", "data", "data/shard.bin"}
-    assert tree["data/shard.bin"].lfs.sha256 == hashlib.sha256(big).hexdigest()  # type: ignore[union-attr]
-    assert tree["notes.txt"].lfs is None and tree["notes.txt"].blob_id == git_hash(small)  # type: ignore[union-attr]
+    files = _files(api, "v1")
+    assert set(files) == {".gitattributes", "notes.txt", "data/shard.bin"}
+    assert files["data/shard.bin"].lfs is not None
+    assert files["data/shard.bin"].lfs.sha256 == hashlib.sha256(big).hexdigest()
+    assert files["notes.txt"].lfs is None and files["notes.txt"].blob_id == git_hash(small)
+    assert api.list_repo_files(REPO, repo_type="dataset", revision="v1") == sorted(files)
     refs = api.list_repo_refs(REPO, repo_type="dataset")
     assert [b.name for b in refs.branches] == ["main"]
     assert {t.name: t.target_commit for t in refs.tags} == {"v1": tagged.oid}
 
     for revision in ("v1", tagged.oid, "main"):
-        kwargs = {
-            "repo_type": "dataset",
-            "revision": revision,
-            "token": hub.tokens.write,
-            "cache_dir": tmp_path,
-        }
-        assert Path(hf_hub_download(REPO, "data/shard.bin", **kwargs)).read_bytes() == big
-        notes = Path(hf_hub_download(REPO, "notes.txt", **kwargs)).read_bytes()
-        assert notes == (b"later\n" if revision == "main" else small)
+
+        def fetch(name: str, rev: str = revision) -> bytes:
+            path = hf_hub_download(
+                REPO, name, repo_type="dataset", revision=rev, token=hub.tokens.write, cache_dir=tmp_path
+            )
+            return Path(path).read_bytes()
+
+        assert fetch("data/shard.bin") == big
+        assert fetch("notes.txt") == (b"later\n" if revision == "main" else small)
+    snapshot = Path(
+        snapshot_download(
+            REPO, repo_type="dataset", revision="v1", cache_dir=tmp_path / "snap", token=hub.tokens.write
+        )
+    )
+    assert (snapshot / "data" / "shard.bin").read_bytes() == big and (
+        snapshot / "notes.txt"
+    ).read_bytes() == small
     cdn = [r for r in hub.requests if r.origin == "cdn"]
     assert {r.method for r in cdn} == {"PUT", "GET"}
     assert not any("authorization" in r.headers for r in cdn), "the token must not follow the redirect"
@@ -83,13 +107,13 @@ def test_upload_list_and_download_by_branch_tag_and_commit(hub: HubServer, tmp_p
 def test_upload_modes_follow_gitattributes_size_and_content(hub: HubServer) -> None:
     api = _api(hub)
     api.create_repo(REPO, repo_type="dataset")
-    ops = [
+    ops: list[Operation] = [
         CommitOperationAdd("plain.txt", b"text\n"),
         CommitOperationAdd("looks_text.parquet", b"text, but *.parquet is LFS in .gitattributes\n"),
         CommitOperationAdd("blob.dat", b"\x00\x01binary"),
     ]
     api.create_commit(REPO, operations=ops, commit_message="modes", repo_type="dataset")
-    lfs = {e.path: e.lfs is not None for e in api.list_repo_tree(REPO, repo_type="dataset")}
+    lfs = {path: entry.lfs is not None for path, entry in _files(api).items()}
     assert lfs == {".gitattributes": False, "plain.txt": False, "looks_text.parquet": True, "blob.dat": True}
 
 
@@ -102,7 +126,7 @@ def test_commit_operations_copy_delete_and_skip_unchanged(hub: HubServer, tmp_pa
     (folder / "sub" / "b.txt").write_text("b\n")
     (folder / "sub" / "c.parquet").write_bytes(b"PAR1 not really")
     api.upload_folder(folder_path=folder, repo_id=REPO, repo_type="dataset")
-    ops = [
+    ops: list[Operation] = [
         CommitOperationCopy("sub/c.parquet", "copy.parquet"),
         CommitOperationCopy("a.txt", "a2.txt"),
         CommitOperationDelete("sub/"),
@@ -112,23 +136,22 @@ def test_commit_operations_copy_delete_and_skip_unchanged(hub: HubServer, tmp_pa
     assert set(files) == {".gitattributes", "a.txt", "a2.txt", "copy.parquet"}
     assert files["copy.parquet"] == b"PAR1 not really" and files["a2.txt"] == b"a\n"
     before = len(api.list_repo_commits(REPO, repo_type="dataset"))
-    api.upload_file(path_or_fileobj=b"a\n", path_in_repo="a.txt", repo_id=REPO, repo_type="dataset")
+    _upload(api, "a.txt", b"a\n")
     assert len(api.list_repo_commits(REPO, repo_type="dataset")) == before  # unchanged: no empty commit
 
 
 def test_revision_and_entry_errors_match_the_hub(hub: HubServer) -> None:
     api = _api(hub)
     api.create_repo(REPO, repo_type="dataset")
-    first = api.upload_file(path_or_fileobj=b"1", path_in_repo="f.txt", repo_id=REPO, repo_type="dataset")
-    upload = {"path_in_repo": "g.txt", "repo_id": REPO, "repo_type": "dataset", "revision": "dev"}
+    first = _upload(api, "f.txt", b"1")
     with pytest.raises(RevisionNotFoundError):
-        api.upload_file(path_or_fileobj=b"2", **upload)
+        _upload(api, "g.txt", b"2", revision="dev")
     api.create_branch(REPO, branch="dev", repo_type="dataset")
     api.create_branch(REPO, branch="dev", repo_type="dataset", exist_ok=True)
     with pytest.raises(HfHubHTTPError) as conflict:
         api.create_branch(REPO, branch="dev", repo_type="dataset")
     assert _status(conflict) == 409
-    api.upload_file(path_or_fileobj=b"2", **upload)
+    _upload(api, "g.txt", b"2", revision="dev")
     assert "g.txt" in hub.files(REPO, "dev") and "g.txt" not in hub.files(REPO, "main")
 
     with pytest.raises(RevisionNotFoundError):
@@ -139,42 +162,22 @@ def test_revision_and_entry_errors_match_the_hub(hub: HubServer) -> None:
         api.delete_file("missing.txt", REPO, repo_type="dataset")
     api.create_tag(REPO, tag="v1", repo_type="dataset", revision=first.oid)
     with pytest.raises(BadRequestError):  # commits go to branches only
-        api.upload_file(
-            path_or_fileobj=b"3", path_in_repo="h.txt", repo_id=REPO, repo_type="dataset", revision="v1"
-        )
+        _upload(api, "h.txt", b"3", revision="v1")
     api.delete_tag(REPO, tag="v1", repo_type="dataset")
     with pytest.raises(RevisionNotFoundError):
         api.delete_tag(REPO, tag="v1", repo_type="dataset")
-    api.upload_file(path_or_fileobj=b"4", path_in_repo="i.txt", repo_id=REPO, repo_type="dataset")
+    _upload(api, "i.txt", b"4")
     with pytest.raises(HfHubHTTPError) as stale:  # main moved on since `first`
-        api.upload_file(
-            path_or_fileobj=b"5",
-            path_in_repo="j.txt",
-            repo_id=REPO,
-            repo_type="dataset",
-            parent_commit=first.oid,
-        )
+        _upload(api, "j.txt", b"5", parent_commit=first.oid)
     assert _status(stale) == 412
 
 
 def test_paths_info_commits_pagination_and_filesystem(hub: HubServer) -> None:
     api = _api(hub)
     api.create_repo(REPO, repo_type="dataset")
-    api.upload_file(
-        path_or_fileobj=b"n\n",
-        path_in_repo="notes.txt",
-        repo_id=REPO,
-        repo_type="dataset",
-        commit_message="Upload notes",
-    )
+    _upload(api, "notes.txt", b"n\n", commit_message="Upload notes")
     big = os.urandom(5000)
-    api.upload_file(
-        path_or_fileobj=big,
-        path_in_repo="data/shard.bin",
-        repo_id=REPO,
-        repo_type="dataset",
-        commit_message="Upload shard",
-    )
+    _upload(api, "data/shard.bin", big, commit_message="Upload shard")
     hub.state.tree_page_size = 2  # every listing below spans several pages
 
     infos = api.get_paths_info(REPO, ["data", "notes.txt", "missing"], repo_type="dataset", expand=True)
@@ -183,16 +186,13 @@ def test_paths_info_commits_pagination_and_filesystem(hub: HubServer) -> None:
     titles = [c.title for c in api.list_repo_commits(REPO, repo_type="dataset")]
     assert titles == ["Upload shard", "Upload notes", "initial commit"]
     fs = HfFileSystem(token=hub.tokens.write)
-    assert fs.ls(f"datasets/{REPO}", detail=False) == [
-        f"datasets/{REPO}/.gitattributes",
-        f"datasets/{REPO}/data",
-        f"datasets/{REPO}/notes.txt",
-    ]
-    assert fs.glob(f"datasets/{REPO}@main/**/*.bin") == [f"datasets/{REPO}@main/data/shard.bin"]
-    with fs.open(f"datasets/{REPO}/data/shard.bin", "rb", block_size=1024) as f:
+    root = f"datasets/{REPO}"
+    assert fs.ls(root, detail=False) == [f"{root}/.gitattributes", f"{root}/data", f"{root}/notes.txt"]
+    assert fs.glob(f"{root}@main/**/*.bin") == [f"{root}@main/data/shard.bin"]
+    with fs.open(f"{root}/data/shard.bin", "rb", block_size=1024) as f:
         f.seek(3000)
         assert f.read(100) == big[3000:3100]
-    assert fs.cat_file(f"datasets/{REPO}/notes.txt") == b"n\n"
+    assert fs.cat_file(f"{root}/notes.txt") == b"n\n"
     assert any("cursor=" in r.path for r in hub.requests if "/tree/" in r.path)
     assert any("range" in r.headers for r in hub.requests if r.origin == "cdn")
 
@@ -204,20 +204,22 @@ def test_push_to_hub_keeps_configs_and_loads_by_tag(hub: HubServer) -> None:
     config_a.push_to_hub(REPO, config_name="a", private=True, token=token)
     _api(hub).create_tag(REPO, tag="v1", repo_type="dataset")
     config_b.push_to_hub(REPO, config_name="b", token=token)
+    config_b.push_to_hub(REPO, config_name="c", revision="dev", token=token)  # creates the branch first
+    with pytest.raises(
+        DatasetNotFoundError
+    ):  # private (and not cached yet: datasets falls back to its cache)
+        load_dataset(REPO, "a", revision="v1", split="train", token=False)
 
     at_tag = load_dataset(REPO, "a", revision="v1", split="train", token=token)
     assert at_tag.to_dict() == config_a.to_dict() and at_tag.features == config_a.features
     assert load_dataset(REPO, "a", split="train", token=token).to_dict() == config_a.to_dict()
     assert load_dataset(REPO, "b", split="train", token=token).to_dict() == config_b.to_dict()
+    assert load_dataset(REPO, "c", revision="dev", split="train", token=token).to_dict() == config_b.to_dict()
     card = DatasetCard.load(REPO, token=token)
     assert {c["config_name"] for c in card.data.configs} == {"a", "b"}
     assert {i["config_name"] for i in card.data.dataset_info} == {"a", "b"}
-    shards = [
-        e
-        for e in _api(hub).list_repo_tree(REPO, repo_type="dataset", recursive=True)
-        if e.path.endswith(".parquet")
-    ]
-    assert len(shards) == 2 and all(s.lfs is not None for s in shards)  # type: ignore[union-attr]
+    shards = [entry for path, entry in _files(_api(hub)).items() if path.endswith(".parquet")]
+    assert len(shards) == 2 and all(shard.lfs is not None for shard in shards)
 
 
 def test_dataset_card_roundtrip_and_card_data(hub: HubServer) -> None:
@@ -227,23 +229,15 @@ def test_dataset_card_roundtrip_and_card_data(hub: HubServer) -> None:
     card = DatasetCard.load(REPO, token=hub.tokens.write)
     assert card.data.license == "mit" and card.text.strip() == "# Card"
     info = api.dataset_info(REPO)
-    assert info.card_data.license == "mit" and {"eagle3", "license:mit"} <= set(info.tags or [])  # type: ignore[union-attr]
+    assert info.card_data is not None and info.card_data.license == "mit"
+    assert {"eagle3", "license:mit"} <= set(info.tags or [])
     with pytest.raises(ValueError, match=r"Invalid metadata in README\.md"):  # the Hub's /api/validate-yaml
-        api.upload_file(
-            path_or_fileobj=b"---\nlicense: [unclosed\n---\n",
-            path_in_repo="README.md",
-            repo_id=REPO,
-            repo_type="dataset",
-        )
+        _upload(api, "README.md", b"---\nlicense: [unclosed\n---\n")
 
 
 def test_auth_errors_match_the_hub(hub: HubServer) -> None:
-    alice, bob, reader, anonymous = (
-        _api(hub),
-        _api(hub, hub.tokens.bob),
-        _api(hub, hub.tokens.read),
-        _api(hub, False),
-    )
+    alice, bob, reader = _api(hub), _api(hub, hub.tokens.bob), _api(hub, hub.tokens.read)
+    anonymous = _api(hub, False)
     assert reader.whoami()["auth"]["accessToken"]["role"] == "read"
     assert [org["name"] for org in alice.whoami()["orgs"]] == ["team"]
     with pytest.raises(HfHubHTTPError, match="Invalid credentials in Authorization header"):
@@ -259,7 +253,7 @@ def test_auth_errors_match_the_hub(hub: HubServer) -> None:
             api.dataset_info("team/secret")
     for api, status in ((anonymous, 401), (bob, 403), (reader, 403)):
         with pytest.raises(HfHubHTTPError) as denied:
-            api.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=REPO, repo_type="dataset")
+            _upload(api, "x.txt", b"x")
         assert _status(denied) == status
     rows = Dataset.from_dict({"x": [1]})
     with pytest.raises(HfHubHTTPError) as no_token:
@@ -280,12 +274,7 @@ def test_requests_are_recorded_and_contents_exposed_without_tokens(hub: HubServe
     assert not any(token in value for r in hub.requests for value in r.headers.values() for token in tokens)
     commit = next(r for r in hub.requests if r.method == "POST" and "/commit/" in r.path)
     assert commit.body_size > 0 and commit.status == 200
-    _api(hub).upload_file(
-        path_or_fileobj=f"oops {hub.tokens.read}".encode(),
-        path_in_repo="leak.txt",
-        repo_id=REPO,
-        repo_type="dataset",
-    )
+    _upload(_api(hub), "leak.txt", f"oops {hub.tokens.read}".encode())
     assert len(hub.find_bytes(hub.tokens.read)) == 1  # the check does find a leak
 
 
@@ -300,13 +289,8 @@ def test_client_env_points_a_subprocess_at_the_server(hub_server: HubServer, tmp
         assert load_dataset("alice/sub", "c", revision="v1", split="train", token=token)["x"] == [1, 2, 3]
     """)
     env = hub_server.client_env(tmp_path / "hf-home")
-    done = subprocess.run(
-        [sys.executable, "-c", script, hub_server.tokens.write],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    command = [sys.executable, "-c", script, hub_server.tokens.write]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "configs:" in hub_server.files("alice/sub", "v1")["README.md"].decode()
     assert {r.origin for r in hub_server.requests} == {"hub", "cdn"}

@@ -261,7 +261,7 @@ def make_middleware(state: HubState, origin: Origin) -> Any:
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
         body = await request.read()
         try:
-            response = await handler(request)
+            response: web.StreamResponse = await handler(request)
         except HubError as err:
             response = error_response(err)
         except Exception as exc:  # an emulator bug: 501 is not retried by the clients, so tests fail fast
