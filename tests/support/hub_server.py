@@ -1,23 +1,34 @@
 """A Hub-compatible HTTP server for tests, driven by the real `huggingface_hub` and `datasets` clients.
 
-Use it from pytest::
+Use it from pytest (the fixtures live here; import them into the test module or a conftest)::
 
-    from tests.support.hub_server import hub, hub_server  # noqa: F401  (fixtures)
+    from tests.support.hub_server import HubServer, hub, hub_server
 
-    def test_push(hub):                       # server running, clients in this process pointed at it
-        HfApi().create_repo("alice/x", repo_type="dataset", token=hub.tokens.write)
-
-or, for a client in a subprocess (`HF_ENDPOINT` is read when `huggingface_hub`/`datasets` are
-imported, so a subprocess is the most faithful way to point them somewhere else)::
-
-    subprocess.run([...], env=hub_server.client_env(tmp_path / "hf-home"))
-
-or by hand: ``python -m tests.support.hub_server --port 8765`` (prints the endpoint and tokens).
+    def test_push(hub: HubServer) -> None:    # running, and this process's clients point at it
+        HfApi(token=hub.tokens.write).create_repo("alice/x", repo_type="dataset")
 
 Accounts: "alice" (member of org "team") and "bob". Tokens: `tokens.write` (alice, write),
 `tokens.read` (alice, read-only), `tokens.bob` (bob, write). Every request is recorded in
-`requests` (Authorization values redacted); `stored_contents()` / `find_bytes()` expose every byte
-ever stored, for leak checks.
+`requests` (Authorization values redacted); `files()`, `stored_contents()` and `find_bytes()` expose
+every byte ever stored, for leak checks. By hand: ``python -m tests.support.hub_server --port 8765``.
+
+Pointing a client at the server -- what works:
+
+- A subprocess with ``env=server.client_env(home)``: the most faithful, since `huggingface_hub` and
+  `datasets` read `HF_ENDPOINT` (and HF_HOME, HF_HUB_OFFLINE, HF_HUB_DISABLE_XET, ...) when imported.
+- In process, ``with server.pointed_at(home):`` (what the `hub` fixture does). Setting
+  `os.environ["HF_ENDPOINT"]` after the import does nothing, and patching only
+  `huggingface_hub.constants.ENDPOINT` is not enough: `hf_hub_download` builds URLs from
+  `constants.HUGGINGFACE_CO_URL_TEMPLATE`; the module-level functions (`upload_file`, `create_repo`,
+  used by `DatasetCard.push_to_hub`) are methods of `huggingface_hub.hf_api.api`, an `HfApi` created
+  at import with the old endpoint; `utils._http._HUB_ORIGINS` decides which redirects keep the
+  token; `datasets.config` has its own `HF_ENDPOINT`/`HUB_DATASETS_URL`, cache paths and offline
+  flag; fsspec caches `HfFileSystem` instances. `pointed_at` patches all of them (verified: leaving
+  the template or the `api` instance unpatched sends requests to huggingface.co) and also turns off
+  the two side calls `datasets` makes to other hosts (download counts on S3, the datasets-server
+  parquet export). `HfApi` objects created before entering keep their old endpoint.
+- Uploads need `HF_HUB_DISABLE_XET=1` (both ways set it): files then go through the git-LFS batch
+  API, which this server implements; it has no Xet storage.
 """
 
 from __future__ import annotations
@@ -365,10 +376,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     tokens = HubTokens(args.write_token or _token_value(), args.read_token or _token_value(), _token_value())
     with HubServer(args.host, args.port, args.cdn_port, tokens) as server:
-        print(f"HF_ENDPOINT={server.endpoint} HF_HUB_DISABLE_XET=1")
+        print(f"HF_ENDPOINT={server.endpoint} HF_HUB_DISABLE_XET=1", flush=True)
         print(f"LFS storage at {server.cdn_endpoint}")
         print(f"alice write token: {tokens.write}\nalice read token:  {tokens.read}")
-        print(f"bob write token:   {tokens.bob}")
+        print(f"bob write token:   {tokens.bob}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
 
