@@ -247,17 +247,11 @@ def segment_library(tokenizer: Tokenizer, gen: TextGen) -> dict[str, Any]:
     return library
 
 
-def tokenizer_config(chat_template: str) -> dict[str, Any]:
+def tokenizer_config(tokenizer: Tokenizer, chat_template: str) -> dict[str, Any]:
+    flags = ("lstrip", "normalized", "rstrip", "single_word", "special")
     decoder = {
-        str(VOCAB_SIZE - len(ADDED_TOKENS) + i): {
-            "content": content,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": special,
-        }
-        for i, (content, special) in enumerate(ADDED_TOKENS)
+        str(token_id): {"content": token.content, **{flag: getattr(token, flag) for flag in flags}}
+        for token_id, token in tokenizer.get_added_tokens_decoder().items()
     }
     return {
         "add_bos_token": False,
@@ -321,7 +315,7 @@ def build(out_dir: Path) -> None:
     chat_template = (CORPUS_DIR / "chat_template.jinja").read_text(encoding="utf-8")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "tokenizer.json", json.loads(tokenizer.to_str()), compact=True)
-    write_json(out_dir / "tokenizer_config.json", tokenizer_config(chat_template))
+    write_json(out_dir / "tokenizer_config.json", tokenizer_config(tokenizer, chat_template))
     write_json(out_dir / "config.json", model_config(eos_id, pad_id))
     write_json(out_dir / "generation_config.json", {"eos_token_id": eos_id, "pad_token_id": pad_id})
     library = segment_library(tokenizer, TextGen(lexicon, SEED + 1))

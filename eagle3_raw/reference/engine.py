@@ -389,7 +389,10 @@ def _extend_until_stop(out: list[int], chunk: list[int], stops: frozenset[int], 
 
 
 class ReferenceEngine:
-    """The tiny reference model. Loading reads three JSON files (well under a second)."""
+    """The tiny reference model. Loading reads three JSON files (well under a second).
+
+    Nothing is mutated after loading: ``generate`` may run in several threads at once.
+    """
 
     def __init__(self, model_dir: Path | None = None) -> None:
         if model_dir is None:
