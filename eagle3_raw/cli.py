@@ -1,10 +1,130 @@
-"""The ``eagle3-raw`` command line."""
+"""The ``eagle3-raw`` command line: build, merge, push, reproduce, serve-reference."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from eagle3_raw.errors import Eagle3RawError, Interrupted
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``eagle3-raw``; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except Interrupted as exc:
+        print(f"\n{exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except Eagle3RawError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="eagle3-raw", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_build(sub)
+    _add_serve_reference(sub)
+    return parser
+
+
+def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help="recipe YAML file, or the name of a bundled recipe (e.g. demo)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set sampling.temperature=0 (repeatable; VALUE is YAML)",
+    )  # fmt: skip
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--journal-dir",
+        type=Path,
+        help="journal root (default $EAGLE3_RAW_JOURNAL_DIR or ~/.cache/eagle3_raw/journals)",
+    )
+    add("--allow-server-change", action="store_true", help="resume against a server whose identity changed")
+    add("--retry-failed", action="store_true", help="try rows that failed for good in an earlier run again")
+    add("--quiet", action="store_true", help="no progress bar: one log line per interval")
+    add(
+        "--log-interval", type=float, default=30.0, help="seconds between log lines with --quiet (default 30)"
+    )
+
+
+def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("build", help="generate a recipe's set into the datasets cache")
+    _add_recipe_arguments(parser)
+    _add_run_arguments(parser)
+    parser.add_argument("--output-dir", type=Path, help="also write the set as Parquet into this folder")
+    parser.add_argument("--cache-dir", type=Path, help="datasets cache folder (default: HF_DATASETS_CACHE)")
+    parser.set_defaults(handler=_build)
+
+
+def _run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "journal_dir": args.journal_dir,
+        "allow_server_change": args.allow_server_change,
+        "retry_failed": args.retry_failed,
+        "progress": "log" if args.quiet else "bar",
+        "log_interval": args.log_interval,
+    }
+
+
+def _build(args: argparse.Namespace) -> int:
+    from eagle3_raw.recipe import parse_set_args
+
+    overrides = parse_set_args(args.overrides)
+    dataset, summary = build_dataset(args.recipe, overrides, _run_kwargs(args), cache_dir=args.cache_dir)
+    print(summary)
+    if args.output_dir is not None:
+        path = write_parquet(dataset, args.output_dir, dataset.config_name)
+        print(f"parquet           {path}")
+    return 0
+
+
+def build_dataset(
+    recipe: str, overrides: dict[str, Any], run_kwargs: dict[str, Any], *, cache_dir: Path | None = None
+) -> tuple[Any, str]:
+    """Build (or reuse) the set in the ``datasets`` cache; returns it and a printable summary."""
+    import datasets
+
+    from eagle3_raw.registry import register
+
+    register()
+    builder = datasets.load_dataset_builder(
+        "eagle3_raw",
+        recipe=recipe,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        **overrides,
+        **run_kwargs,
+    )
+    builder.download_and_prepare()
+    dataset = builder.as_dataset(split="train")
+    if builder.run_result is not None:
+        return dataset, builder.run_result.summary.render()
+    cached = f"loaded from the datasets cache (no request sent): {len(dataset):,} rows"
+    return dataset, f"{cached}\ncache             {builder.cache_dir}"
+
+
+def write_parquet(dataset: Any, output_dir: Path, name: str) -> Path:
+    """Write the set as ``<output_dir>/<name>.parquet``."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / f"{name}.parquet"
+    dataset.to_parquet(str(path))
+    return path
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,21 +137,6 @@ def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
     reference_cli.add_arguments(parser)
     parser.set_defaults(handler=reference_cli.serve)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="eagle3-raw", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_serve_reference(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``eagle3-raw``; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    code: int = args.handler(args)
-    return code
 
 
 if __name__ == "__main__":

@@ -123,6 +123,12 @@ class EndpointPool:
                 log.warning(
                     "every endpoint is down; waiting up to %g s for one to answer", self._wait_for_server
                 )
+            self.start_probe(endpoint)
+
+    def start_probe(self, endpoint: Endpoint) -> None:
+        """Mark ``endpoint`` down and probe ``/health`` until it answers, then put it back."""
+        endpoint.healthy = False
+        if endpoint.url not in self._probes:
             self._probes[endpoint.url] = asyncio.get_running_loop().create_task(self._probe(endpoint))
 
     async def _probe(self, endpoint: Endpoint) -> None:

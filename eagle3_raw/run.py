@@ -1,0 +1,490 @@
+"""Orchestration of a build: connect, check, plan, dispatch, journal, summarize.
+
+Order of a run: load the tokenizer, start the reference server if the recipe asks for it, read
+every endpoint's identity and check its tokenizer (all before any data is generated), open the
+journal (refusing a resume against a different server), then plan jobs in a worker thread while
+workers send them through the endpoint pool. Finished rows go to the journal as they come; the
+journal is what the builder reads, in canonical order, once every job has an outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import threading
+import uuid
+from collections.abc import Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eagle3_raw import sglang
+from eagle3_raw.endpoints import Endpoint, EndpointPool
+from eagle3_raw.errors import (
+    ConnectError,
+    GenerationAborted,
+    Interrupted,
+    RecipeError,
+    RequestTimeout,
+    RetriesExhausted,
+    RetryableError,
+    RowError,
+    ServerBusy,
+    ServerMismatch,
+    ServerUnreachable,
+)
+from eagle3_raw.plan import Job, Limits, Shard, Skip, plan_jobs
+from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
+from eagle3_raw.rows import Row
+
+if TYPE_CHECKING:
+    from eagle3_raw.journal import Journal
+    from eagle3_raw.recipe import Recipe
+    from eagle3_raw.render import Renderer
+
+log = logging.getLogger("eagle3_raw")
+
+DEFAULT_IN_FLIGHT = 128
+"""Per-endpoint in-flight limit when the server does not report ``max_running_requests``."""
+
+_CHUNK = 64
+_ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a recipe (none of it changes the data)."""
+
+    journal_dir: Path | None = None
+    shard: Shard = field(default_factory=Shard)
+    allow_server_change: bool = False
+    retry_failed: bool = False
+    progress: ProgressMode = "bar"
+    log_interval: float = 30.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where the rows are, and what the run did."""
+
+    journal_dir: Path
+    summary: Summary
+
+
+def journal_dir_for(recipe: Recipe, journal_dir: Path | None = None) -> Path:
+    """The journal folder of ``recipe``: ``<root>/<name>-<fingerprint>``."""
+    from eagle3_raw.journal import journal_root
+
+    return (journal_dir or journal_root()) / recipe.config_id
+
+
+def run(recipe: Recipe, options: RunOptions | None = None) -> RunResult:
+    """Generate every missing row of ``recipe`` into its journal; see the module docstring.
+
+    Raises a :class:`~eagle3_raw.errors.FatalError` when the run cannot go on (the journal keeps
+    everything finished), and :class:`~eagle3_raw.errors.Interrupted` on Ctrl-C or SIGTERM.
+    """
+    from eagle3_raw.render import Renderer
+
+    options = options or RunOptions()
+    renderer = Renderer(recipe)
+    with launched_endpoints(recipe) as endpoints:
+        build = _Run(recipe, options, renderer, endpoints)
+        try:
+            return asyncio.run(build.main())
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+            raise Interrupted(build.interrupted_message()) from exc
+
+
+@contextlib.contextmanager
+def launched_endpoints(recipe: Recipe) -> Iterator[tuple[str, ...]]:
+    """The recipe's endpoints, plus a reference server started for the run if it asks for one."""
+    if recipe.server.launch != "reference":
+        yield recipe.server.endpoints
+        return
+    from eagle3_raw.reference.launch import launch_reference
+
+    with launch_reference(args=recipe.server.launch_args) as server:
+        yield (*recipe.server.endpoints, server.url)
+
+
+def _api_key(recipe: Recipe) -> str | None:
+    name = recipe.server.api_key_env
+    if name is None:
+        return None
+    if not os.environ.get(name):
+        raise RecipeError("server.api_key_env", name, "names an environment variable that is not set")
+    return os.environ[name]
+
+
+class _Run:
+    """The state of one build (lives on one event loop)."""
+
+    def __init__(self, recipe: Recipe, options: RunOptions, renderer: Renderer, urls: Sequence[str]) -> None:
+        self.recipe = recipe
+        self.options = options
+        self.renderer = renderer
+        self.urls = urls
+        self.stats = RunStats()
+        self.display = ProgressDisplay(options.progress, log_interval=options.log_interval)
+        self.in_flight: dict[str, str] = {}
+        self.affinity: dict[int, Endpoint] = {}
+        self.journal_dir = journal_dir_for(recipe, options.journal_dir)
+        self._stop = threading.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def interrupted_message(self) -> str:
+        return (
+            f"interrupted: {self.stats.rows} new rows this run; every finished row is in the journal "
+            f"{self.journal_dir}. Run the same command again to resume."
+        )
+
+    async def main(self) -> RunResult:
+        self._handle_sigterm()
+        server = self.recipe.server
+        async with sglang.new_session(
+            connect_timeout=server.connect_timeout, api_key=_api_key(self.recipe)
+        ) as s:
+            self.session = s
+            identities, down = await self._connect()
+            await self._check_tokenizers(identities)
+            with self._open_journal(identities[0]) as journal:
+                self.journal = journal
+                await self._generate_all(identities, down)
+                summary = self._summary()
+        return RunResult(self.journal_dir, summary)
+
+    def _handle_sigterm(self) -> None:
+        task = asyncio.current_task()
+        if task is not None and threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+    # --- start-up checks ---------------------------------------------------------------------
+
+    async def _connect(self) -> tuple[list[sglang.ServerIdentity], list[str]]:
+        timeout = self.recipe.server.connect_timeout
+        results = await asyncio.gather(
+            *(sglang.server_identity(self.session, url, timeout) for url in self.urls), return_exceptions=True
+        )
+        identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
+        errors = [(u, r) for u, r in zip(self.urls, results, strict=True) if isinstance(r, BaseException)]
+        for _url, error in errors:
+            if not isinstance(error, ServerUnreachable):
+                raise error
+        if not identities:
+            raise ServerUnreachable("no endpoint answered: " + "; ".join(str(e) for _, e in errors))
+        for url, error in errors:
+            log.warning("endpoint %s is not answering (%s); continuing without it until it does", url, error)
+        _check_same_model(identities)
+        return identities, [url for url, _ in errors]
+
+    async def _check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
+        probe = tokenizer_probe(self.renderer)
+        ours = self.renderer.tokenizer.encode(probe, add_special_tokens=False)
+        for identity in identities:
+            try:
+                theirs = await sglang.tokenize(
+                    self.session, identity.url, probe, self.recipe.server.connect_timeout
+                )
+            except (RowError, RetryableError, ServerUnreachable) as exc:
+                log.warning("cannot check the tokenizer of %s through /tokenize (%s)", identity.url, exc)
+                continue
+            if list(theirs) != list(ours):
+                raise ServerMismatch(
+                    _tokenizer_mismatch(identity.url, self.recipe.model.tokenizer, ours, theirs)
+                )
+
+    def _open_journal(self, identity: sglang.ServerIdentity) -> Journal:
+        from eagle3_raw.journal import Journal
+
+        journal = Journal.open(
+            self.journal_dir,
+            fingerprint=self.recipe.fingerprint,
+            recipe=self.recipe.to_dict(),
+            shard=self.options.shard.name,
+        )
+        try:
+            journal.set_server_identity(
+                self._identity_record(identity), allow_change=self.options.allow_server_change
+            )
+            if self.options.retry_failed:
+                journal.clear_failures()
+        except BaseException:
+            journal.close()
+            raise
+        return journal
+
+    def _identity_record(self, identity: sglang.ServerIdentity) -> dict[str, Any]:
+        return {
+            **identity.comparable(),
+            "tokenizer": self.renderer.identity(),
+            "model_info": dict(identity.model_info),
+            "server_info": dict(identity.server_info),
+        }
+
+    # --- generation --------------------------------------------------------------------------
+
+    async def _generate_all(self, identities: Sequence[sglang.ServerIdentity], down: Sequence[str]) -> None:
+        self.pool = self._make_pool(identities, down)
+        self.limits = _limits(identities)
+        self.vocab_size = self.renderer.vocab_size
+        exclude = self._excluded()
+        self.stats.replayed = len(self.journal.done())
+        feed = _JobFeed(self._stop, maxsize=max(4, 2 * self.pool.capacity // _CHUNK))
+        self.display.start(f"{self.recipe.name}")
+        workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.pool.capacity)]
+        ticker = asyncio.create_task(self._tick())
+        producer = asyncio.create_task(
+            asyncio.to_thread(self._produce, feed, asyncio.get_running_loop(), exclude)
+        )
+        try:
+            await _gather_or_fail([producer, *workers])
+        except BaseException:
+            await self._abort_in_flight()
+            raise
+        finally:
+            self._stop.set()
+            for task in (*workers, ticker):
+                task.cancel()
+            await asyncio.gather(*workers, ticker, return_exceptions=True)
+            await self.pool.close()
+            self.display.update(self.stats, self.pool.endpoints)
+            self.display.stop()
+
+    def _make_pool(self, identities: Sequence[sglang.ServerIdentity], down: Sequence[str]) -> EndpointPool:
+        limit = self.recipe.server.max_in_flight or _default_in_flight(identities)
+        endpoints = [Endpoint(url, limit, healthy=url not in down) for url in self.urls]
+        pool = EndpointPool(endpoints, self._health, wait_for_server=self.recipe.server.wait_for_server)
+        for endpoint in endpoints:
+            if not endpoint.healthy:
+                pool.start_probe(endpoint)
+        return pool
+
+    async def _health(self, url: str) -> bool:
+        return await sglang.health(self.session, url, self.recipe.server.connect_timeout)
+
+    def _excluded(self) -> set[Any]:
+        failed = {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
+        return set(self.journal.done()) | failed
+
+    def _produce(self, feed: _JobFeed, loop: asyncio.AbstractEventLoop, exclude: set[Any]) -> None:
+        """Producer thread: plan jobs in canonical order and hand them to the loop in chunks."""
+        from eagle3_raw.prompts import iter_conversations
+
+        jobs = plan_jobs(
+            iter_conversations(self.recipe), self.renderer, self.recipe,
+            shard=self.options.shard, exclude=exclude, limits=self.limits,
+        )  # fmt: skip
+        planned, chunk = 0, []
+        for item in jobs:
+            chunk.append(item)
+            planned += 1
+            if len(chunk) >= _CHUNK or feed.hungry.is_set():
+                if not feed.put_threadsafe(chunk, loop):
+                    return
+                chunk = []
+        feed.put_threadsafe(chunk, loop)
+        feed.put_threadsafe(None, loop)
+        self.stats.planned = planned
+
+    async def _worker(self, feed: _JobFeed) -> None:
+        while (item := await feed.next()) is not None:
+            if isinstance(item, Skip):
+                self._record_skip(item)
+            else:
+                await self._process(item)
+
+    def _record_skip(self, skip: Skip) -> None:
+        self.journal.record_failure(skip.key, skip.row_id, skip.kind, skip.reason)
+        if skip.kind == "failed":
+            self.stats.failed += 1
+        else:
+            self.stats.skipped += 1
+
+    async def _process(self, job: Job) -> None:
+        last: RetryableError | None = None
+        for attempt in range(self.recipe.server.max_retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(_backoff(attempt))
+            try:
+                return self._journal_row(job, *await self._attempt(job, attempt))
+            except RetryableError as exc:
+                last = exc
+                log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
+            except RowError as exc:
+                exc.row_id = job.row_id
+                return self._record_skip(Skip.from_error(job.key, exc))
+        reason = f"{self.recipe.server.max_retries + 1} attempts failed; last: {last}"
+        self._record_skip(Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id)))
+
+    async def _attempt(self, job: Job, attempt: int) -> tuple[sglang.Generation, Endpoint]:
+        endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
+        rid = f"{job.row_id}#{attempt}-{uuid.uuid4().hex[:12]}"
+        self.in_flight[rid] = endpoint.url
+        try:
+            generation = await sglang.generate(
+                self.session, endpoint.url, rid=rid, input_ids=job.prompt_ids,
+                sampling_params=job.sampling_params, vocab_size=self.vocab_size,
+                timeout=self.recipe.server.request_timeout,
+            )  # fmt: skip
+        except BaseException as exc:
+            await self.pool.release(endpoint, ok=False, endpoint_fault=isinstance(exc, _ENDPOINT_FAULTS))
+            if isinstance(exc, RequestTimeout):
+                self._background(sglang.abort(self.session, endpoint.url, rid))
+            raise
+        finally:
+            self.in_flight.pop(rid, None)
+        await self.pool.release(endpoint, ok=True)
+        self._remember_endpoint(job.key.index, endpoint)
+        return generation, endpoint
+
+    def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _remember_endpoint(self, index: int, endpoint: Endpoint) -> None:
+        self.affinity[index] = endpoint
+        if len(self.affinity) > 4 * self.pool.capacity + 1024:
+            for stale in list(self.affinity)[: len(self.affinity) // 2]:
+                del self.affinity[stale]
+
+    def _journal_row(self, job: Job, generation: sglang.Generation, endpoint: Endpoint) -> None:
+        meta = {**generation.meta, "max_new_tokens": job.sampling_params["max_new_tokens"]}
+        row = Row(job.key, job.source_id, job.prompt_ids, generation.output_ids,
+                  generation.finish_reason, job.sampling_seed, meta)  # fmt: skip
+        self.journal.append(row)
+        self.stats.rows += 1
+        self.stats.generated_tokens += len(generation.output_ids)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            self.display.update(self.stats, self.pool.endpoints)
+
+    async def _abort_in_flight(self) -> None:
+        """Tell the servers to stop what we will not wait for (Ctrl-C, fatal error)."""
+        pending = list(self.in_flight.items())
+        if pending:
+            log.warning("aborting %d in-flight requests on the server(s)", len(pending))
+            await asyncio.gather(*(sglang.abort(self.session, url, rid) for rid, url in pending))
+
+    def _summary(self) -> Summary:
+        stats = self.journal.stats()
+        return Summary(
+            rows=stats["rows"] - (stats["finish_reasons"].get("length", 0) if self._drops else 0),
+            prompt_tokens=stats["prompt_tokens"],
+            generated_tokens=stats["generated_tokens"],
+            finish_reasons=stats["finish_reasons"],
+            dropped=stats["finish_reasons"].get("length", 0) if self._drops else 0,
+            skipped=stats["failures"].get("skipped", {}),
+            failed=stats["failures"].get("failed", {}),
+            wall_time=self.stats.elapsed,
+            run_generated_tokens=self.stats.generated_tokens,
+            journal=str(self.journal_dir),
+        )
+
+    @property
+    def _drops(self) -> bool:
+        return self.recipe.on_truncation == "drop"
+
+
+class _JobFeed:
+    """Chunks of planned items from the producer thread to the workers, with backpressure."""
+
+    def __init__(self, stop: threading.Event, *, maxsize: int) -> None:
+        self._queue: asyncio.Queue[list[Job | Skip] | None] = asyncio.Queue(maxsize)
+        self._items: list[Job | Skip] = []
+        self._finished = False
+        self._stop = stop
+        self.hungry = threading.Event()
+
+    def put_threadsafe(self, chunk: list[Job | Skip] | None, loop: asyncio.AbstractEventLoop) -> bool:
+        """Called from the producer thread; blocks while the queue is full. False once the run stops."""
+        future = asyncio.run_coroutine_threadsafe(self._queue.put(chunk), loop)
+        while not self._stop.is_set():
+            try:
+                future.result(timeout=0.2)
+                self.hungry.clear()
+                return True
+            except TimeoutError:
+                continue
+        future.cancel()
+        return False
+
+    async def next(self) -> Job | Skip | None:
+        """The next item in canonical order, or None when the plan is exhausted."""
+        while not self._items:
+            if self._finished:
+                return None
+            if self._queue.empty():
+                self.hungry.set()
+            chunk = await self._queue.get()
+            if chunk is None:
+                self._finished = True
+                self._queue.put_nowait(None)
+                return None
+            self._items = chunk[::-1]
+        return self._items.pop()
+
+
+async def _gather_or_fail(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait for every task; the first exception cancels the rest and is raised."""
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    for task in done:
+        if task.exception() is not None:
+            for other in pending:
+                other.cancel()
+            raise task.exception()  # type: ignore[misc]
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
+
+
+def _limits(identities: Sequence[sglang.ServerIdentity]) -> Limits:
+    inputs = [i.input_limit for i in identities if i.input_limit is not None]
+    contexts = [i.context_length for i in identities if i.context_length is not None]
+    return Limits(min(inputs, default=None), min(contexts, default=None))
+
+
+def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
+    """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
+    running = [i.max_running_requests for i in identities if i.max_running_requests]
+    return int(max(running) * 1.25) + 8 if running else DEFAULT_IN_FLIGHT
+
+
+def _check_same_model(identities: Sequence[sglang.ServerIdentity]) -> None:
+    first = identities[0]
+    for other in identities[1:]:
+        if other.comparable() != first.comparable():
+            raise ServerMismatch(
+                f"endpoints serve different models: {first.url} {first.comparable()} vs "
+                f"{other.url} {other.comparable()}"
+            )
+
+
+def tokenizer_probe(renderer: Renderer) -> str:
+    """A text that exercises the tokenizer: special tokens, code, digits, non-ASCII."""
+    specials = "".join(renderer.tokenizer.all_special_tokens[:8])
+    return (
+        f"{specials}Hello, world! The quick brown fox jumps over 13 lazy dogs.\n"
+        "def f(x):\n    return x ** 2  # naïve café, 東京, emoji 🙂\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    )
+
+
+def _tokenizer_mismatch(url: str, name: str, ours: Sequence[int], theirs: Sequence[int]) -> str:
+    first = next(
+        (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs))
+    )
+    return (
+        f"the server at {url} tokenizes differently from model.tokenizer={name!r}: first difference at "
+        f"token {first} (ours {list(ours[first : first + 5])}, server {list(theirs[first : first + 5])}). "
+        "The rows would not be the model's own tokens; point the recipe at the tokenizer the server runs."
+    )

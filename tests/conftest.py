@@ -1,0 +1,21 @@
+"""Test-wide isolation: every cache and journal in a temporary folder, nothing from the real Hub.
+
+The environment is set before ``datasets``/``huggingface_hub`` are imported (both read it at import).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_ROOT = Path(tempfile.mkdtemp(prefix="eagle3_raw-tests-"))
+os.environ["HF_HOME"] = str(_ROOT / "hf_home")
+os.environ["HF_DATASETS_CACHE"] = str(_ROOT / "datasets_cache")
+os.environ["EAGLE3_RAW_JOURNAL_DIR"] = str(_ROOT / "journals")
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ["HF_HUB_DISABLE_XET"] = "1"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.pop("HF_TOKEN", None)
+
+pytest_plugins = ["tests.support.hub_server"]
