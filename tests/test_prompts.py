@@ -441,3 +441,27 @@ def test_hub_problems_raise_source_error(hub: HubServer, prompts: dict[str, Any]
     _push(hub, "alice/plain2", "default", prompt_rows(2))
     with pytest.raises(SourceError, match=fragment):
         iter_conversations(make_recipe(**prompts))
+
+
+# --- the demo prompt files -----------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_demo_prompt_files_are_clean_and_match_their_generator(tmp_path: Path) -> None:
+    import runpy
+
+    runpy.run_path(str(REPO / "scripts" / "make_demo_prompts.py"))["write"](tmp_path)
+    shipped = REPO / "builder_scripts" / "prompts"
+    names = sorted(p.name for p in shipped.glob("*.jsonl"))
+    assert (
+        names
+        == sorted(p.name for p in tmp_path.iterdir())
+        == ["openai.jsonl", "plain.jsonl", "sharegpt.jsonl"]
+    )
+    for name in names:
+        assert (shipped / name).read_bytes() == (tmp_path / name).read_bytes(), f"regenerate {name}"
+    got = list(iter_conversations(make_recipe(shipped, source=".")))
+    assert len(got) == 120 and all(isinstance(i, Conversation) for i in got)
+    with_tools = [i for i in got if isinstance(i, Conversation) and i.tools]
+    assert with_tools and any("tool_calls" in m for i in with_tools for m in i.messages)
