@@ -26,21 +26,23 @@ always means the same rows.
 
 Formats (``prompts.format``): ``openai`` (``messages`` of ``{role, content, reasoning_content?,
 tool_calls?, tool_call_id?, name?}`` plus a row-level ``tools``), ``sharegpt`` (``conversations`` of
-``{from, value}``, optional row-level ``system`` and ``tools``), ``prompt`` (a ``prompt`` string as
-one user message, optional ``system``), and ``auto``: per row, the first of ``messages``,
+``{from, value}``, ``from`` matched case-insensitively against :data:`SHAREGPT_ROLES`, optional
+row-level ``system`` and ``tools``), ``prompt`` (a ``prompt`` string as one user message, optional
+``system``), and ``auto``: per row, the first of ``messages``,
 ``conversations``, ``prompt`` present with a non-null value. Normalization:
 
 - Roles are ``system``, ``user``, ``assistant``, ``tool``. Content is a string; a list of
-  ``{"type": "text", "text": ...}`` parts is joined with newlines (as vLLM does); ``null`` content
-  is allowed only on an assistant message with ``tool_calls`` and becomes ``""``.
+  ``{"type": "text", "text": ...}`` parts is joined with newlines (other part types are errors);
+  ``null`` content is allowed only on an assistant message with ``tool_calls`` and becomes ``""``.
 - Keys with ``null`` values are absent (Arrow-backed sources fill missing struct fields with null).
   Other message keys are dropped.
 - ``tools`` (a list, or a JSON string of one) hold ``{"type": "function", "function": {"name": ...,
   ...}}``; the shorthand ``{"name": ..., "parameters": ...}`` is accepted and wrapped into that form,
   the one chat templates are written for. An empty list means no tools.
 - ``tool_calls`` hold ``{"type"?: "function", "id"?, "function": {"name", "arguments"}}``;
-  ``arguments`` is an object or a JSON string of one, and is always passed on as a dict (as SGLang's
-  and vLLM's chat endpoints do before rendering). Arrow-backed sources unify struct fields across
+  ``arguments`` is an object or a JSON string of one, and is always passed on as a dict: the shape
+  Hugging Face chat templates document, and what OpenAI-compatible servers parse string arguments
+  into before rendering. Arrow-backed sources unify struct fields across
   rows, so they should store ``arguments`` as JSON strings.
 
 Ids: the ``id_column`` value (a non-empty string or an integer), else the first 16 hex digits of the
@@ -95,6 +97,7 @@ SHAREGPT_ROLES: Mapping[str, str] = {
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _PART_SEPARATOR = "\n"
 _BATCH_ROWS = 256
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -554,7 +557,7 @@ def _line_offsets(path: Path) -> list[int]:
 
 def _parse_line(line: bytes) -> Any:
     try:
-        return orjson.loads(line)
+        return orjson.loads(line.removeprefix(_UTF8_BOM))
     except orjson.JSONDecodeError as exc:
         return _Unreadable(f"not valid JSON ({exc})")
 
@@ -588,7 +591,7 @@ def _open_json(path: Path, name: str) -> _Table:
     with _reading(path):
         text = path.read_bytes()
     try:
-        data = orjson.loads(text)
+        data = orjson.loads(text.removeprefix(_UTF8_BOM))
     except orjson.JSONDecodeError:
         return _JsonlFile(path, name)
     if isinstance(data, dict) and isinstance(data.get("data"), list):
