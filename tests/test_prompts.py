@@ -465,3 +465,11 @@ def test_demo_prompt_files_are_clean_and_match_their_generator(tmp_path: Path) -
     assert len(got) == 120 and all(isinstance(i, Conversation) for i in got)
     with_tools = [i for i in got if isinstance(i, Conversation) and i.tools]
     assert with_tools and any("tool_calls" in m for i in with_tools for m in i.messages)
+
+
+def test_a_utf8_bom_is_not_part_of_the_first_row(tmp_path: Path) -> None:
+    (tmp_path / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"prompt": "a"}\n{"prompt": "b"}\n')
+    (tmp_path / "bom.json").write_bytes(b'\xef\xbb\xbf[{"prompt": "a"}]')
+    for name in ("bom.jsonl", "bom.json"):
+        first = next(iter_conversations(make_recipe(tmp_path, source=name)))
+        assert isinstance(first, Conversation) and first.messages[0]["content"] == "a"
