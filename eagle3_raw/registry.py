@@ -49,7 +49,7 @@ def _patch(load_module: ModuleType) -> None:
 
 
 def _dataset_module(load_module: ModuleType) -> Any:
-    return load_module.DatasetModule("eagle3_raw.builder", MODULE_HASH, {})
+    return load_module.DatasetModule("eagle3_raw.builder", MODULE_HASH, {"dataset_name": NAME})
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

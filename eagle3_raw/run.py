@@ -10,6 +10,7 @@ journal is what the builder reads, in canonical order, once every job has an out
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -26,6 +27,7 @@ from eagle3_raw import sglang
 from eagle3_raw.endpoints import Endpoint, EndpointPool
 from eagle3_raw.errors import (
     ConnectError,
+    FatalError,
     GenerationAborted,
     Interrupted,
     RecipeError,
@@ -50,6 +52,9 @@ log = logging.getLogger("eagle3_raw")
 
 DEFAULT_IN_FLIGHT = 128
 """Per-endpoint in-flight limit when the server does not report ``max_running_requests``."""
+
+MAX_DEFAULT_IN_FLIGHT = 1024
+"""Cap of the derived per-endpoint limit (set ``server.max_in_flight`` to go past it)."""
 
 _CHUNK = 64
 _ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
@@ -243,6 +248,7 @@ class _Run:
         )
         try:
             await _gather_or_fail([producer, *workers])
+            self._check_every_job_has_an_outcome()
         except BaseException:
             await self._abort_in_flight()
             raise
@@ -254,6 +260,14 @@ class _Run:
             await self.pool.close()
             self.display.update(self.stats, self.pool.endpoints)
             self.display.stop()
+
+    def _check_every_job_has_an_outcome(self) -> None:
+        outcomes = self.stats.rows + self.stats.failed + self.stats.skipped
+        if outcomes != self.stats.planned:
+            raise FatalError(
+                f"internal error: {self.stats.planned} rows were planned but {outcomes} have an outcome; "
+                f"every finished row is in the journal {self.journal_dir}; run again to resume"
+            )
 
     def _make_pool(self, identities: Sequence[sglang.ServerIdentity], down: Sequence[str]) -> EndpointPool:
         limit = self.recipe.server.max_in_flight or _default_in_flight(identities)
@@ -312,7 +326,7 @@ class _Run:
                 self.stats.retries += 1
                 await asyncio.sleep(_backoff(attempt))
             try:
-                return self._journal_row(job, *await self._attempt(job, attempt))
+                return self._journal_row(job, await self._attempt(job, attempt), attempt + 1)
             except RetryableError as exc:
                 last = exc
                 log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
@@ -322,7 +336,7 @@ class _Run:
         reason = f"{self.recipe.server.max_retries + 1} attempts failed; last: {last}"
         self._record_skip(Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id)))
 
-    async def _attempt(self, job: Job, attempt: int) -> tuple[sglang.Generation, Endpoint]:
+    async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
         endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
         rid = f"{job.row_id}#{attempt}-{uuid.uuid4().hex[:12]}"
         self.in_flight[rid] = endpoint.url
@@ -341,7 +355,7 @@ class _Run:
             self.in_flight.pop(rid, None)
         await self.pool.release(endpoint, ok=True)
         self._remember_endpoint(job.key.index, endpoint)
-        return generation, endpoint
+        return generation
 
     def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -354,8 +368,12 @@ class _Run:
             for stale in list(self.affinity)[: len(self.affinity) // 2]:
                 del self.affinity[stale]
 
-    def _journal_row(self, job: Job, generation: sglang.Generation, endpoint: Endpoint) -> None:
-        meta = {**generation.meta, "max_new_tokens": job.sampling_params["max_new_tokens"]}
+    def _journal_row(self, job: Job, generation: sglang.Generation, attempts: int) -> None:
+        meta = {
+            **generation.meta,
+            "max_new_tokens": job.sampling_params["max_new_tokens"],
+            "attempts": attempts,
+        }
         row = Row(job.key, job.source_id, job.prompt_ids, generation.output_ids,
                   generation.finish_reason, job.sampling_seed, meta)  # fmt: skip
         self.journal.append(row)
@@ -399,7 +417,7 @@ class _JobFeed:
 
     def __init__(self, stop: threading.Event, *, maxsize: int) -> None:
         self._queue: asyncio.Queue[list[Job | Skip] | None] = asyncio.Queue(maxsize)
-        self._items: list[Job | Skip] = []
+        self._items: collections.deque[Job | Skip] = collections.deque()
         self._finished = False
         self._stop = stop
         self.hungry = threading.Event()
@@ -429,8 +447,8 @@ class _JobFeed:
                 self._finished = True
                 self._queue.put_nowait(None)
                 return None
-            self._items = chunk[::-1]
-        return self._items.pop()
+            self._items.extend(chunk)
+        return self._items.popleft()
 
 
 async def _gather_or_fail(tasks: Sequence[asyncio.Future[Any]]) -> None:
@@ -456,7 +474,7 @@ def _limits(identities: Sequence[sglang.ServerIdentity]) -> Limits:
 def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
     """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
     running = [i.max_running_requests for i in identities if i.max_running_requests]
-    return int(max(running) * 1.25) + 8 if running else DEFAULT_IN_FLIGHT
+    return min(int(max(running) * 1.25) + 8, MAX_DEFAULT_IN_FLIGHT) if running else DEFAULT_IN_FLIGHT
 
 
 def _check_same_model(identities: Sequence[sglang.ServerIdentity]) -> None:
