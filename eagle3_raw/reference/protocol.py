@@ -68,7 +68,8 @@ def stream_error_event(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
 
 
-def _validation_error(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> GateError:
+def validation_error(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> GateError:
+    """FastAPI's 400 for a body its pydantic model refuses (``{"object": "error", ...}``)."""
     error = {"type": kind, "loc": ("body", *loc), "msg": msg, "input": value}
     message = f"1 validation error:\n  {error!r}\n [{error!r}]"
     return GateError(
@@ -126,7 +127,7 @@ _FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
 def check_fields(body: Any) -> None:
     """Gate 1: raise :class:`GateError` where FastAPI would refuse to build ``GenerateReqInput``."""
     if not isinstance(body, dict):
-        raise _validation_error(
+        raise validation_error(
             "dataclass_type", (), "Input should be a dictionary or an instance of GenerateReqInput", body
         )
     for key, value in body.items():
@@ -135,7 +136,7 @@ def check_fields(body: Any) -> None:
         elif key in _FIELD_TYPES:
             ok, kind, msg = _FIELD_TYPES[key]
             if not ok(value):
-                raise _validation_error(kind, (key,), msg, value)
+                raise validation_error(kind, (key,), msg, value)
 
 
 def _check_input_ids_field(v: Any) -> None:
@@ -151,7 +152,7 @@ def _check_input_ids_field(v: Any) -> None:
     else:
         problem = f"elements must be int or list; got {type(v[0]).__name__}"
     if problem:
-        raise _validation_error("value_error", ("input_ids",), f"Value error, {problem}", v)
+        raise validation_error("value_error", ("input_ids",), f"Value error, {problem}", v)
 
 
 def _i64_row_problem(row: Any) -> str:
@@ -166,9 +167,14 @@ def _i64_row_problem(row: Any) -> str:
     return ""
 
 
-def json_error(exc: Exception) -> GateError:
+def json_error() -> GateError:
     """The 400 FastAPI sends for a body that is not JSON at all."""
-    return _validation_error("json_invalid", (0,), "JSON decode error", {})
+    return validation_error("json_invalid", (0,), "JSON decode error", {})
+
+
+def missing_body() -> GateError:
+    """The 400 FastAPI sends for an empty body."""
+    return validation_error("missing", (), "Field required", None)
 
 
 # --- gate 2: the JSON contract (sglang/api/v1/api_types.py), re-implemented ------------------
@@ -440,6 +446,8 @@ class Normalized:
     rids: tuple[str, ...]
     """The rids SGLang registers as in flight on arrival (checked for duplicates)."""
     return_prompt_token_ids: bool
+    n: int = 1
+    """Samples per prompt (``sampling_params.n``)."""
 
 
 def normalize(body: Mapping[str, Any]) -> Normalized:
@@ -450,7 +458,7 @@ def normalize(body: Mapping[str, Any]) -> Normalized:
     """
     prompts, is_single = _prompts(body)
     n = _parallel_sample_num(body.get("sampling_params"))
-    stream, with_prompt_ids = _truthy(body.get("stream")), _truthy(body.get("return_prompt_token_ids"))
+    stream, with_prompt_ids = lax_true(body.get("stream")), lax_true(body.get("return_prompt_token_ids"))
     if is_single and n <= 1:
         item = _item(body, prompts[0], body.get("rid"), body.get("sampling_params") or {}, None)
         if isinstance(item.rid, list) or isinstance(item.sampling, list):
@@ -461,10 +469,10 @@ def normalize(body: Mapping[str, Any]) -> Normalized:
     rids = _batch_rids(body.get("rid"), len(prompts), n)
     _check_batch_options(body, len(prompts), n)
     _check_unique(rids)
-    return Normalized(_batch_items(body, prompts, rids, n), False, stream, tuple(rids), with_prompt_ids)
+    return Normalized(_batch_items(body, prompts, rids, n), False, stream, tuple(rids), with_prompt_ids, n)
 
 
-def _truthy(value: Any) -> bool:
+def lax_true(value: Any) -> bool:
     """A pydantic-lax boolean (the gate admitted ``"yes"``, ``1``, ...) as a bool."""
     return value.lower() in ("1", "on", "t", "true", "y", "yes") if isinstance(value, str) else bool(value)
 
@@ -630,7 +638,7 @@ def check_item(spec: ItemSpec, prompt_len: int, context_len: int, vocab_size: in
         raise RequestError(_HIDDEN_STATES)
     if spec.custom_logit_processor:
         raise RequestError(_CUSTOM_LOGIT_PROCESSOR)
-    if _truthy(spec.return_logprob):
+    if lax_true(spec.return_logprob):
         raise RequestError(
             "return_logprob is not supported by the reference server (it computes no logprobs)."
         )
@@ -862,3 +870,109 @@ def _refuse_unsupported(raw: Mapping[str, Any]) -> None:
         unsupported.append("watermark")
     if unsupported:
         raise RequestError(f"{unsupported[0]} is not supported by the reference server.")
+
+
+# --- outputs: stop strings, text trimming, response shapes (§3) ------------------------------
+
+
+def finish_stop(matched: int | str) -> dict[str, Any]:
+    """EOS or a stop id (``int``), a stop string or a stop regex pattern (``str``)."""
+    return {"type": "stop", "matched": matched}
+
+
+def finish_length(length: int) -> dict[str, Any]:
+    return {"type": "length", "length": length}
+
+
+def finish_abort(
+    message: str = "Aborted", status_code: int | None = None, err_type: str | None = None
+) -> dict[str, Any]:
+    """A running generation's abort (``/abort_request``, disconnect, or a scheduler refusal)."""
+    return {"type": "abort", "message": message, "status_code": status_code, "err_type": err_type}
+
+
+def find_stop(
+    ids: Sequence[int], sampling: Sampling, decode: Callable[[Sequence[int]], str]
+) -> tuple[int, str] | None:
+    """``(k, matched)`` for the shortest prefix ``ids[:k]`` whose text (special tokens kept, as the
+    scheduler decodes) contains a stop string, or else matches a stop regex; None if none does.
+
+    Bisection over prefixes: once a stop appears in a prefix's text it stays in longer ones.
+    """
+
+    def first_match(k: int) -> str | None:
+        text = decode(ids[:k])
+        hit = next((s for s in sampling.stop if s in text), None)
+        return hit if hit is not None else next((r for r in sampling.stop_regex if re.search(r, text)), None)
+
+    if not ids or first_match(len(ids)) is None:
+        return None
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if first_match(mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    matched = first_match(lo)
+    assert matched is not None
+    return lo, matched
+
+
+def output_text(
+    ids: Sequence[int],
+    finish: Mapping[str, Any] | None,
+    sampling: Sampling,
+    decode: Callable[[Sequence[int], bool], str],
+) -> str:
+    """The detokenizer's ``text``: a matched stop token is dropped before decoding, a matched stop
+    string cut from the text (both kept with ``no_stop_trim``); ``output_ids`` never change."""
+    matched = finish.get("matched") if finish is not None and finish.get("type") == "stop" else None
+    if isinstance(matched, int) and not sampling.no_stop_trim and ids:
+        ids = ids[:-1]
+    text = decode(ids, sampling.skip_special_tokens)
+    if isinstance(matched, str) and (pos := text.find(matched)) != -1:
+        text = text[: pos + len(matched)] if sampling.no_stop_trim else text[:pos]
+    return text
+
+
+def meta_info(
+    rid: str,
+    finish: Mapping[str, Any] | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int,
+) -> dict[str, Any]:
+    """``meta_info`` of a response or stream chunk, keys in SGLang's order (timing keys added by
+    the caller: ``e2e_latency`` when finished, ``response_sent_to_client_ts`` on the first send)."""
+    return {
+        "id": rid,
+        "finish_reason": finish,
+        "prompt_tokens": prompt_tokens,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "completion_tokens": completion_tokens,
+        "cached_tokens": cached_tokens,
+        "weight_versions": [{"version": "default", "start": 0, "end": completion_tokens}],
+    }
+
+
+def queued_abort(message: str = "Abort in waiting queue", status_code: int | None = None) -> dict[str, Any]:
+    """The finish reason of a generation that never left the queue (aborted, or the queue was full)."""
+    finish: dict[str, Any] = {"type": "abort", "message": message}
+    if status_code is not None:
+        finish["status_code"] = status_code
+    return finish
+
+
+def queued_abort_meta(rid: str, finish: Mapping[str, Any], e2e_latency: float) -> dict[str, Any]:
+    """``meta_info`` of a generation that never left the queue (the tokenizer manager's subset)."""
+    return {
+        "id": rid,
+        "finish_reason": finish,
+        "weight_version": "default",
+        "e2e_latency": e2e_latency,
+        "weight_versions": [{"version": "default", "start": 0, "end": 0}],
+        "completion_tokens": 0,
+    }

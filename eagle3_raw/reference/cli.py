@@ -1,0 +1,111 @@
+"""``eagle3-raw serve-reference`` (also ``python -m eagle3_raw.reference``): the reference server's CLI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eagle3_raw.reference.server import ServerConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's options; SGLang's names where SGLang has the option."""
+    sglang = parser.add_argument_group("SGLang server options")
+    sglang.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    sglang.add_argument("--port", type=int, default=30000, help="port to bind (default: 30000)")
+    sglang.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (health checks stay open)")
+    sglang.add_argument("--model-path", type=Path, help="model folder (default: the packaged tiny model)")
+    sglang.add_argument("--served-model-name", help="name reported by /model_info and /v1/models")
+    sglang.add_argument("--context-length", type=int, help="context length (default: the model's)")
+    sglang.add_argument("--skip-tokenizer-init", action="store_true", help="no tokenizer: ids in, ids out")
+    sglang.add_argument("--max-running-requests", type=int, help="reported in /server_info")
+    sglang.add_argument("--max-queued-requests", type=int, help="capacity mode: 503 beyond this queue length")
+    sglang.add_argument(
+        "--disable-radix-cache", action="store_true", help="no prefix cache (cached_tokens 0)"
+    )
+    sglang.add_argument("--stream-interval", type=int, default=1, help="ids per stream chunk (default: 1)")
+    ref = parser.add_argument_group("reference server options")
+    ref.add_argument(
+        "--faults", help='fault rates per /generate request, e.g. "http500=0.05,reset=0.02,hang=0.01"'
+    )
+    ref.add_argument("--fault-seed", type=int, help="seed of the fault sequence (default: random)")
+    ref.add_argument("--slots", type=int, help="capacity mode: simulated decode slots")
+    ref.add_argument("--ms-per-token", type=float, help="capacity mode: milliseconds per generated token")
+    ref.add_argument(
+        "--prefill-ms-per-token", type=float, default=0.0, help="capacity mode: ms per uncached prompt token"
+    )
+    ref.add_argument("--ledger", type=Path, help="append one JSON line per /generate outcome to this file")
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """A validated :class:`ServerConfig`; raises ``ValueError`` naming the bad option."""
+    from eagle3_raw.reference.capacity import Timing
+    from eagle3_raw.reference.faults import FaultSpec
+    from eagle3_raw.reference.server import ServerConfig
+
+    timing = None if args.ms_per_token is None else Timing(args.ms_per_token, args.prefill_ms_per_token)
+    return ServerConfig(
+        host=args.host, port=args.port, api_key=args.api_key, model_path=args.model_path,
+        served_model_name=args.served_model_name, context_length=args.context_length,
+        skip_tokenizer_init=args.skip_tokenizer_init, max_running_requests=args.max_running_requests,
+        max_queued_requests=args.max_queued_requests, disable_radix_cache=args.disable_radix_cache,
+        stream_interval=args.stream_interval,
+        faults=FaultSpec.parse(args.faults, args.fault_seed) if args.faults else None,
+        slots=args.slots, timing=timing, ledger=args.ledger, launch_command=shlex.join(sys.argv),
+    )  # fmt: skip
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the server until SIGINT/SIGTERM; returns the process exit code (2: bad options)."""
+    started = time.monotonic()
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"serve-reference: {exc}", file=sys.stderr)
+        return 2
+
+    def ready(url: str) -> None:
+        print(
+            f"reference server ready at {url} in {time.monotonic() - started:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        asyncio.run(_serve_until_signalled(config, ready))
+    except (ValueError, OSError) as exc:
+        print(f"serve-reference: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve_until_signalled(config: ServerConfig, ready: Callable[[str], None]) -> None:
+    from eagle3_raw.reference.server import serve as run_server
+
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await run_server(config, ready=ready)
+    except asyncio.CancelledError:
+        return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m eagle3_raw.reference [options]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m eagle3_raw.reference",
+        description="Serve SGLang 0.5.23's native API with the built-in tiny reference model.",
+    )
+    add_arguments(parser)
+    return serve(parser.parse_args(argv))
