@@ -42,16 +42,21 @@ __all__ = [
 ]
 
 
-def load(recipe: Any, split: str = "train", **overrides: Any) -> datasets.Dataset:
+def load(
+    recipe: Any, split: str = "train", *, cache_dir: str | None = None, **overrides: Any
+) -> datasets.Dataset:
     """Build (or load from the cache) the dataset of ``recipe``; same as ``load_dataset("eagle3_raw", ...)``.
 
     ``recipe`` is a YAML path, a bundled recipe name, a mapping or a :class:`Recipe`; ``overrides``
-    are dotted paths or sections (``sampling={"temperature": 0}``), as in :func:`load_recipe`.
+    are dotted paths or sections (``sampling={"temperature": 0}``), as in :func:`load_recipe`, or
+    run options (``journal_dir``, ``allow_server_change``, ``retry_failed``, ``progress``).
     """
     import datasets
 
     register()
-    dataset = datasets.load_dataset("eagle3_raw", recipe=recipe, split=split, **overrides)
+    dataset = datasets.load_dataset(
+        "eagle3_raw", recipe=recipe, split=split, cache_dir=cache_dir, **overrides
+    )
     assert isinstance(dataset, datasets.Dataset)
     return dataset
 

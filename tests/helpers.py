@@ -1,0 +1,97 @@
+"""Shared helpers for end-to-end tests: recipes in temp folders, reference servers with ledgers."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.reference.ledger import read_ledger
+
+
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return path
+
+
+def write_recipe(
+    folder: Path, *, endpoints: Sequence[str], source: str = "prompts.jsonl", **sections: Any
+) -> Path:
+    """A recipe file in ``folder`` (sections given as keyword mappings are merged over the defaults)."""
+    raw: dict[str, Any] = {
+        "name": "t",
+        "prompts": {"source": source, "id_column": "id"},
+        "server": {
+            "endpoints": list(endpoints),
+            "connect_timeout": 5,
+            "request_timeout": 30,
+            "max_retries": 3,
+        },
+        "sampling": {"max_new_tokens": 64, "temperature": 0.7, "samples_per_prompt": 1, "seed": 1},
+    }
+    for key, value in sections.items():
+        if isinstance(value, Mapping) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+CHATS: list[dict[str, Any]] = [
+    {"id": "plain-1", "prompt": "Write a haiku about rivers."},
+    {"id": "plain-2", "prompt": "Explain recursion to a child."},
+    {
+        "id": "share-1",
+        "conversations": [
+            {"from": "human", "value": "What is 2+2?"},
+            {"from": "gpt", "value": "4."},
+            {"from": "human", "value": "And times 3?"},
+        ],
+    },
+    {
+        "id": "tools-1",
+        "tools": [
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "The user wants the weather; call the tool.",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+                ],
+            },
+            {"role": "tool", "content": '{"temp_c": 21}'},
+            {"role": "user", "content": "Thanks! And tomorrow?"},
+        ],
+    },
+]
+
+
+@contextlib.contextmanager
+def reference_server(tmp_path: Path, *args: str) -> Iterator[tuple[ReferenceProcess, Path]]:
+    """A reference server on a free port with a ledger in ``tmp_path``."""
+    ledger = tmp_path / f"ledger-{len(list(tmp_path.glob('ledger-*')))}.jsonl"
+    with launch_reference(args=["--ledger", str(ledger), *args]) as server:
+        yield server, ledger
+
+
+def generations(ledger: Path) -> list[dict[str, Any]]:
+    """Ledger lines of generations the server delivered with HTTP 200."""
+    if not ledger.exists():
+        return []
+    return [r for r in read_ledger(ledger) if r.get("status") == 200 and r.get("delivered") and "rid" in r]
+
+
+def rid_row_id(rid: str) -> str:
+    """The row id eagle3_raw put in front of a request id (``<row id>#<attempt>-<hex>``)."""
+    return rid.rsplit("#", 1)[0]
