@@ -77,6 +77,8 @@ from eagle3_raw.errors import JournalError, ServerMismatch
 from eagle3_raw.rows import META_FIELDS, Row, RowKey, arrow_schema, row_id
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pyarrow as pa
 
 __all__ = ["FAILURE_KINDS", "IDENTITY_KEYS", "Journal", "journal_root"]
@@ -99,8 +101,8 @@ MANIFEST = "manifest.json"
 _HEAD = struct.Struct("<4sII")  # magic, payload length, CRC-32 of the payload
 _FIXED = struct.Struct("<qiiIII")  # index, turn, sample, n_prompt, n_output, n_json
 _MAX_PAYLOAD = 1 << 30
-_MAX_PENDING_BYTES = 64 << 20  # past this, append() writes at once: the disk is slower than the run
-_MAX_BATCH_IDS = 32 << 20  # ids per Arrow batch: bounds batch memory and keeps int32 offsets valid
+_MAX_PENDING_BYTES = 16 << 20  # past this, append() writes at once: the disk is slower than the run
+_MAX_BATCH_IDS = 8 << 20  # ids per Arrow batch: bounds batch memory and keeps int32 offsets valid
 _READ_BUFFER = 1 << 20
 _LITTLE = sys.byteorder == "little"
 _SHARD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -299,7 +301,8 @@ class Journal:
     def clear_failures(self, kinds: Iterable[str] = ("failed",)) -> None:
         """Forget the failures of these kinds recorded so far by any shard; durable on return.
 
-        Appends a marker (failures are never rewritten); :meth:`failures` applies it by time.
+        Appends a marker (failures are never rewritten); :meth:`failures` applies it to records
+        with an earlier wall-clock time, so shards on other machines need roughly synced clocks.
         """
         kinds = sorted(set(kinds))
         if not set(kinds) <= set(FAILURE_KINDS):
@@ -360,6 +363,7 @@ class Journal:
                 "written. Everything written before stays readable; free space or fix permissions, "
                 "then run the build again to resume."
             )
+            self._note_raised()
             raise self._error from exc
 
     def _check_writable(self) -> None:
@@ -371,8 +375,13 @@ class Journal:
 
     def _raise_error(self) -> None:
         if self._error is not None:
-            self._error_reported = True
+            self._note_raised()
             raise JournalError(str(self._error)) from self._error.__cause__
+
+    def _note_raised(self) -> None:
+        # close() raises a write error only if no call has raised it to the caller yet.
+        if threading.current_thread() is not self._flusher:
+            self._error_reported = True
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -388,7 +397,7 @@ class Journal:
 
         Reads all shard files (the first record of a key wins) from a snapshot taken when iteration
         starts (flushing first). Tables hold at most ``batch_rows`` rows (fewer if their ids are
-        very many). Memory: ~48 bytes per record for the sorted index, plus one batch.
+        very many). Memory: ~100 bytes per record for the sorted index, plus one batch.
         """
         schema = arrow_schema()
         for records in self._record_batches(batch_rows):
@@ -416,25 +425,10 @@ class Journal:
     def stats(self) -> dict[str, Any]:
         """Counts: ``rows``, ``duplicates`` (records beyond the first of a key), ``prompt_tokens``,
         ``generated_tokens``, ``finish_reasons`` {reason: rows}, ``failures`` {kind: {reason: n}}."""
-        files = self._snapshot()
-        totals: Counter[str] = Counter()
-        reasons: Counter[str] = Counter()
-        with _Reader() as reader:
-            for path, offset, _ in _canonical(files):
-                n_prompt, n_output, info = reader.read_info(path, offset)
-                totals.update(rows=1, prompt_tokens=n_prompt, generated_tokens=n_output)
-                reasons[info["finish_reason"]] += 1
         failures: dict[str, Counter[str]] = {kind: Counter() for kind in FAILURE_KINDS}
         for failure in self.failures():
             failures[failure["kind"]][failure["reason"]] += 1
-        return {
-            "rows": totals["rows"],
-            "duplicates": sum(map(len, files)) - totals["rows"],
-            "prompt_tokens": totals["prompt_tokens"],
-            "generated_tokens": totals["generated_tokens"],
-            "finish_reasons": dict(reasons),
-            "failures": {kind: dict(counts) for kind, counts in failures.items()},
-        }
+        return {**_row_stats(self._snapshot()), "failures": {k: dict(v) for k, v in failures.items()}}
 
     def _record_batches(self, batch_rows: int) -> Iterator[list[_Record]]:
         if batch_rows < 1:
@@ -530,6 +524,23 @@ def _native_ints(data: bytes | memoryview) -> array[int]:
     if not _LITTLE:
         ints.byteswap()
     return ints
+
+
+def _row_stats(files: Sequence[_FileIndex]) -> dict[str, Any]:
+    totals: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    with _Reader() as reader:
+        for path, offset, _ in _canonical(files):
+            n_prompt, n_output, info = reader.read_info(path, offset)
+            totals.update(rows=1, prompt_tokens=n_prompt, generated_tokens=n_output)
+            reasons[info["finish_reason"]] += 1
+    return {
+        "rows": totals["rows"],
+        "duplicates": sum(map(len, files)) - totals["rows"],
+        "prompt_tokens": totals["prompt_tokens"],
+        "generated_tokens": totals["generated_tokens"],
+        "finish_reasons": dict(reasons),
+    }
 
 
 def _to_row(record: _Record) -> Row:
@@ -734,32 +745,43 @@ def _record_at(mm: mmap.mmap, position: int) -> bool:
 
 
 def _canonical(files: Sequence[_FileIndex]) -> Iterator[tuple[Path, int, int]]:
-    """(path, offset, length) of each key's first record (lowest file, then offset), in RowKey order."""
-    previous = None
-    for batch in _sorted_entries(files).to_batches(max_chunksize=8192):
-        columns = [batch.column(name).to_pylist() for name in (*_SORT_COLUMNS, "length")]
-        for index, turn, sample, file, offset, length in zip(*columns, strict=True):
-            if (index, turn, sample) != previous:
-                previous = (index, turn, sample)
-                yield files[file].path, offset, length
+    """(path, offset, length) of each key's first record (lowest file, then offset), in RowKey order.
+
+    Memory: ~100 bytes per record while iterating (the columns, the order), no row data.
+    """
+    import numpy as np
+
+    if not files:
+        return
+    column = {
+        name: np.concatenate([_int64s_view(getattr(idx, name)) for idx in files]) for name in _INDEX_COLUMNS
+    }
+    column["file"] = np.concatenate([np.full(len(idx), number, np.int64) for number, idx in enumerate(files)])
+    order = np.lexsort([column[name] for name in reversed(_SORT_COLUMNS)])  # the last key is primary
+    first = order[_starts_of_keys([column[name][order] for name in _SORT_COLUMNS[:3]])]
+    for start in range(0, len(first), 2048):
+        picked = first[start : start + 2048]
+        located = (column[name][picked].tolist() for name in ("file", "offset", "length"))
+        for file, offset, length in zip(*located, strict=True):
+            yield files[file].path, offset, length
 
 
-def _sorted_entries(files: Sequence[_FileIndex]) -> pa.Table:
-    import pyarrow as pa
+def _int64s_view(values: array[int]) -> npt.NDArray[np.int64]:
+    import numpy as np
 
-    def int64s(values: array[int]) -> pa.Array:  # zero-copy: the snapshot's arrays never change
-        return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+    return np.frombuffer(values, np.int64)  # a view: the snapshot's arrays never change
 
-    parts = [
-        pa.table(
-            {"file": int64s(array("q", [number]) * len(idx))}
-            | {name: int64s(getattr(idx, name)) for name in _INDEX_COLUMNS}
-        )
-        for number, idx in enumerate(files)
-    ]
-    if not parts:
-        parts = [pa.table({name: pa.array([], pa.int64()) for name in ("file", *_INDEX_COLUMNS)})]
-    return pa.concat_tables(parts).sort_by([(name, "ascending") for name in _SORT_COLUMNS])
+
+def _starts_of_keys(sorted_keys: list[npt.NDArray[np.int64]]) -> npt.NDArray[np.bool_]:
+    """True where a sorted key differs from the one before it (its first record)."""
+    import numpy as np
+
+    starts = np.ones(len(sorted_keys[0]), dtype=bool)
+    changed = np.zeros(max(len(starts) - 1, 0), dtype=bool)
+    for part in sorted_keys:
+        changed |= part[1:] != part[:-1]
+    starts[1:] = changed
+    return starts
 
 
 # --- failures --------------------------------------------------------------------------------------
@@ -966,22 +988,27 @@ def _read_manifest(directory: Path) -> dict[str, Any] | None:
 def _open_manifest(directory: Path, fingerprint: str, recipe: Mapping[str, Any]) -> dict[str, Any]:
     """The directory's manifest, created if missing, checked against ``fingerprint``, stamped."""
     with _manifest_lock(directory):
-        manifest = _read_manifest(directory)
-        if manifest is None:
-            if any(directory.glob("rows-*.bin")):
-                raise JournalError(f"{directory} holds rows files but no {MANIFEST}; refusing to adopt it")
-            manifest = {
-                "format": FORMAT_VERSION,
-                "fingerprint": fingerprint,
-                "recipe": dict(recipe),
-                "server": None,
-                "created": _now(),
-                "history": [],
-            }
+        for stale in directory.glob(f".{MANIFEST}.*.tmp"):  # left by a crash mid-write; we hold the lock
+            with _guard("remove", stale):
+                stale.unlink()
+        manifest = _read_manifest(directory) or _new_manifest(directory, fingerprint, recipe)
         _check_fingerprint(directory, manifest, fingerprint)
         manifest["updated"] = _now()
         _write_manifest(directory, manifest)
     return manifest
+
+
+def _new_manifest(directory: Path, fingerprint: str, recipe: Mapping[str, Any]) -> dict[str, Any]:
+    if any(directory.glob("rows-*.bin")):
+        raise JournalError(f"{directory} holds rows files but no {MANIFEST}; refusing to adopt it")
+    return {
+        "format": FORMAT_VERSION,
+        "fingerprint": fingerprint,
+        "recipe": dict(recipe),
+        "server": None,
+        "created": _now(),
+        "history": [],
+    }
 
 
 def _check_fingerprint(directory: Path, manifest: Mapping[str, Any], fingerprint: str) -> None:
