@@ -139,8 +139,8 @@ class Journal:
         self.directory = directory
         self.manifest = manifest
         self.shard = shard
-        self._files: dict[str, _FileIndex] = {}
-        self._own: _FileIndex | None = None
+        self._own: _FileIndex | None = None  # this writer's rows file; changed only under _io
+        self._others: dict[str, _FileIndex] = {}  # other shards' rows files; under _scan
         self._fds: dict[str, int] = {}
         self._failures_end = 0
         self._pending: list[bytes] = []
@@ -148,7 +148,8 @@ class Journal:
         self._pending_failures: list[bytes] = []
         self._pending_bytes = 0
         self._state = threading.Lock()  # guards the pending lists and the clock
-        self._io = threading.RLock()  # one thread at a time writes files and updates indexes
+        self._io = threading.RLock()  # one thread at a time writes files and updates _own
+        self._scan = threading.Lock()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         self._error: JournalError | None = None
@@ -202,7 +203,6 @@ class Journal:
     def _start(self, flush_interval: float) -> None:
         self._fds["lock"] = _take_lock(self._path("rows", ".lock"), self.directory, str(self.shard))
         self._own, self._fds["rows"] = _open_rows(self._path("rows", ".bin"))
-        self._files[self._own.path.name] = self._own
         self._fds["failures"], self._failures_end = _open_failures(self._path("failures", ".jsonl"))
         self._flusher = threading.Thread(
             target=self._flush_loop, args=(flush_interval,), name=f"journal-{self.shard}", daemon=True
@@ -446,25 +446,34 @@ class Journal:
             yield batch
 
     def _snapshot(self) -> list[_FileIndex]:
-        """Flush (a healthy writer), bring every shard file's index up to date, copy them by name."""
+        """Copies of every shard file's index, brought up to date, in file name order."""
+        files: dict[str, _FileIndex] = {}
         with self._io:
-            if self.shard is not None and self._error is None and not self._closed:
-                self._write_pending()
-            for path in sorted(self.directory.glob("rows-*.bin")):
-                idx = self._files.setdefault(path.name, _FileIndex(path))
-                if idx is not self._own:
+            self._flush_if_healthy()
+            if self._own is not None:
+                files[self._own.path.name] = self._own.copy()
+        # Scanning other shards can take long: not under _io, so the flusher keeps its interval.
+        with self._scan:
+            for path in self.directory.glob("rows-*.bin"):
+                if path.name not in files:
+                    idx = self._others.setdefault(path.name, _FileIndex(path))
                     _index_file(idx)
-            return [self._files[name].copy() for name in sorted(self._files)]
+                    files[path.name] = idx.copy()
+        return [files[name] for name in sorted(files)]
 
     def _failure_records(self) -> list[dict[str, Any]]:
         with self._io:
-            if self.shard is not None and self._error is None and not self._closed:
-                self._write_pending()
-            records: list[dict[str, Any]] = []
-            for path in sorted(self.directory.glob("failures-*.jsonl")):
-                with _guard("read", path):
-                    records += _parse_failures(path.read_bytes(), path)[0]
-            return records
+            self._flush_if_healthy()
+        records: list[dict[str, Any]] = []
+        for path in sorted(self.directory.glob("failures-*.jsonl")):
+            with _guard("read", path):
+                records += _parse_failures(path.read_bytes(), path)[0]
+        return records
+
+    def _flush_if_healthy(self) -> None:
+        # Readers see every row appended before the call; a failed or closed writer has nothing to add.
+        if self.shard is not None and self._error is None and not self._closed:
+            self._write_pending()
 
     def _indexed_own(self) -> _FileIndex:
         assert self._own is not None, "only a writer has its own rows file"
