@@ -224,9 +224,12 @@ class _Run:
         return journal
 
     def _identity_record(self, identity: sglang.ServerIdentity) -> dict[str, Any]:
+        tokenizer = self.renderer.identity()
         return {
             **identity.comparable(),
-            "tokenizer": self.renderer.identity(),
+            "tokenizer_path": str(identity.model_info.get("tokenizer_path") or ""),
+            "tokenizer_hash": f"{tokenizer['tokenizer_sha256']}:{tokenizer['chat_template_sha256']}",
+            "tokenizer": tokenizer,
             "model_info": dict(identity.model_info),
             "server_info": dict(identity.server_info),
         }
