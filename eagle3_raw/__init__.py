@@ -53,10 +53,13 @@ def load(
     """
     import datasets
 
+    from eagle3_raw.builder import our_errors
+
     register()
-    dataset = datasets.load_dataset(
-        "eagle3_raw", recipe=recipe, split=split, cache_dir=cache_dir, **overrides
-    )
+    with our_errors():
+        dataset = datasets.load_dataset(
+            "eagle3_raw", recipe=recipe, split=split, cache_dir=cache_dir, **overrides
+        )
     assert isinstance(dataset, datasets.Dataset)
     return dataset
 

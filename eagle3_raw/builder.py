@@ -9,6 +9,7 @@ Keyword arguments other than ``recipe`` are recipe overrides (``sampling={"tempe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.errors import Eagle3RawError, FatalError
 from eagle3_raw.rows import features
 from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, run
 
@@ -100,11 +102,37 @@ def journal_tables(journal_dir: Path, recipe: Recipe) -> Iterator[tuple[Any, pa.
 
     from eagle3_raw.journal import Journal
 
+    rows = 0
     with Journal.read(journal_dir, fingerprint=recipe.fingerprint) as journal:
         for batch, table in enumerate(journal.iter_tables()):
             if recipe.on_truncation == "drop":
                 table = table.filter(pc.not_equal(table["finish_reason"], "length"))
+            rows += table.num_rows
             yield Key(0, batch), table
+        if rows == 0:  # datasets cannot hold an empty split: say why there is nothing
+            raise FatalError(_no_rows_message(journal.stats(), recipe, journal_dir))
+
+
+def _no_rows_message(stats: dict[str, Any], recipe: Recipe, journal_dir: Path) -> str:
+    failures = stats["failures"]
+    return (
+        f"recipe {recipe.name!r} produced no rows: {stats['rows']} generated"
+        + (" (all ended on length and on_truncation is drop)" if recipe.on_truncation == "drop" else "")
+        + f", {sum(failures.get('skipped', {}).values())} skipped, {sum(failures.get('failed', {}).values())}"
+        f" failed; reasons are in the journal {journal_dir}"
+    )
+
+
+@contextlib.contextmanager
+def our_errors() -> Iterator[None]:
+    """Re-raise an eagle3_raw error that ``datasets`` wrapped in ``DatasetGenerationError``."""
+    try:
+        yield
+    except datasets.exceptions.DatasetGenerationError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, Eagle3RawError):
+            raise cause from None
+        raise
 
 
 def _run_options(values: dict[str, Any]) -> RunOptions:
@@ -113,4 +141,4 @@ def _run_options(values: dict[str, Any]) -> RunOptions:
     return RunOptions(**values)
 
 
-__all__ = ["Eagle3Raw", "Eagle3RawConfig", "journal_dir_for", "journal_tables"]
+__all__ = ["Eagle3Raw", "Eagle3RawConfig", "journal_dir_for", "journal_tables", "our_errors"]

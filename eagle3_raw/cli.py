@@ -111,7 +111,10 @@ def build_dataset(
         **overrides,
         **run_kwargs,
     )
-    builder.download_and_prepare()
+    from eagle3_raw.builder import our_errors
+
+    with our_errors():
+        builder.download_and_prepare()
     dataset = builder.as_dataset(split="train")
     if builder.run_result is not None:
         return dataset, builder.run_result.summary.render()

@@ -490,13 +490,18 @@ def _check_same_model(identities: Sequence[sglang.ServerIdentity]) -> None:
             )
 
 
-def tokenizer_probe(renderer: Renderer) -> str:
-    """A text that exercises the tokenizer: special tokens, code, digits, non-ASCII."""
-    specials = "".join(renderer.tokenizer.all_special_tokens[:8])
+def tokenizer_probe(renderer: Renderer, samples: int = 4096) -> str:
+    """A text that exercises the tokenizer: special tokens, common words, code, digits, non-ASCII,
+    and the decoded text of ``samples`` ids spread over the whole vocabulary."""
+    tokenizer = renderer.tokenizer
+    specials = "".join(tokenizer.all_special_tokens[:8])
+    step = max(1, renderer.vocab_size // samples)
+    spread = tokenizer.decode(list(range(0, renderer.vocab_size, step)), skip_special_tokens=True)
     return (
-        f"{specials}Hello, world! The quick brown fox jumps over 13 lazy dogs.\n"
+        f"{specials}Hello, world! The quick brown fox jumps over 13 lazy dogs; the cat and the dog "
+        "sat in a box for it was on the mat, as is that with this.\n"
         "def f(x):\n    return x ** 2  # naïve café, 東京, emoji 🙂\n"
-        '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        f'{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}\n{spread}'
     )
 
 

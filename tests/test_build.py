@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 import eagle3_raw
-from eagle3_raw.errors import RecipeError, ServerMismatch, ServerUnreachable
+from eagle3_raw.errors import FatalError, RecipeError, ServerMismatch, ServerUnreachable
 from eagle3_raw.journal import Journal
 from eagle3_raw.plan import derive_seed
 from eagle3_raw.recipe import load_recipe
@@ -130,7 +130,7 @@ def test_malformed_rows_are_reported_and_the_run_goes_on(tmp_path: Path) -> None
     ("sampling", "message"),
     [
         ({"seed_value": 3}, "not an SGLang sampling key"),
-        ({"top_p": 0}, "(0, 1]"),
+        ({"top_p": 0}, r"\(0, 1\]"),
         ({"n": 2}, "samples_per_prompt"),
     ],
 )
@@ -211,10 +211,11 @@ def test_too_long_prompt_is_skipped_never_sent(tmp_path: Path) -> None:
 
 def test_on_truncation_drop(chats: Path) -> None:
     with reference_server(chats) as (server, _ledger):
-        recipe = write_recipe(
-            chats, endpoints=[server.url], on_truncation="drop", sampling={"max_new_tokens": 8}
-        )
+        sampling = {"max_new_tokens": 120, "samples_per_prompt": 4}
+        recipe = write_recipe(chats, endpoints=[server.url], on_truncation="drop", sampling=sampling)
         rows = _load(recipe, chats)
         kept = _load(recipe, chats, on_truncation="keep")
-    assert "length" not in rows["finish_reason"]
+        with pytest.raises(FatalError, match=r"produced no rows: 16 generated \(all ended on length"):
+            _load(recipe, chats, **{"sampling.max_new_tokens": 2})
+    assert "length" not in rows["finish_reason"] and len(rows) > 0
     assert "length" in kept["finish_reason"] and len(kept) > len(rows)
