@@ -19,8 +19,8 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.errors import Eagle3RawError, FatalError
+from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
 from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, run
 
