@@ -377,17 +377,25 @@ class ReferenceServer:
             job.end([], job.planned_finish)
             return self._finished(job, emit)
         try:
-            await self.slots.acquire(job.ticket)
-        except QueuedAbort:
-            job.end([], p.queued_abort(), queued=True)
-        except QueueFull:
-            job.end([], p.queued_abort(_QUEUE_FULL, 503), queued=True)
-        else:
-            try:
-                await self._decode(job, self.slots, self.config.timing, job.ticket, emit, streaming)
-            finally:
-                self.slots.release(job.ticket)
+            await self._queue_and_decode(job, self.slots, self.config.timing, job.ticket, emit, streaming)
+        except asyncio.CancelledError:
+            self.counters.aborted_requests += 1  # the client left (or a batch was refused): SGLang aborts
+            raise
         self._finished(job, emit)
+
+    async def _queue_and_decode(
+        self, job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, streaming: bool
+    ) -> None:
+        try:
+            await slots.acquire(ticket)
+        except QueuedAbort:
+            return job.end([], p.queued_abort(), queued=True)
+        except QueueFull:
+            return job.end([], p.queued_abort(_QUEUE_FULL, 503), queued=True)
+        try:
+            await self._decode(job, slots, timing, ticket, emit, streaming)
+        finally:
+            slots.release(ticket)
 
     async def _decode(
         self, job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, streaming: bool
