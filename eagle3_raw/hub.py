@@ -466,7 +466,10 @@ def build(
     builder = datasets.load_dataset_builder(
         "eagle3_raw", recipe=recipe, cache_dir=str(cache_dir) if cache_dir else None, **options
     )
-    builder.download_and_prepare()
+    from eagle3_raw.builder import our_errors
+
+    with our_errors():
+        builder.download_and_prepare()
     dataset = builder.as_dataset(split="train")
     result = builder.run_result
     journal = (
