@@ -1,0 +1,216 @@
+"""The reference server's side endpoints (``shared/sglang-protocol.md`` §6, §7) and its own stats."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.resources import reference_model_dir
+from tests.reference.conformance import Conformance
+from tests.reference.test_conformance import EOS, PROMPT, TOKENIZER
+from tests.reference.wire import get, request
+
+Launch = Callable[..., ReferenceProcess]
+
+
+@pytest.mark.parametrize("path", ["/health", "/health_generate"])
+def test_health_answers_200_with_an_empty_body(server: ReferenceProcess, path: str) -> None:
+    reply = get(server.url, path)
+    assert (reply.status, reply.body) == (200, b"")
+
+
+@pytest.mark.parametrize("path", ["/model_info", "/get_model_info"])
+def test_model_info_names_the_model_and_its_tokenizer(
+    server: ReferenceProcess, contract: ModuleType, path: str
+) -> None:
+    info = get(server.url, path).json()
+    contract.GetModelInfoResponse.from_json_value(info)
+    assert info["model_path"] == info["tokenizer_path"] == str(reference_model_dir().resolve())
+    assert info["served_model_name"] == info["model_path"] and info["is_generation"] is True
+    assert info["weight_version"] == "default" and info["architectures"] == ["Qwen3ForCausalLM"]
+
+
+@pytest.mark.parametrize("path", ["/server_info", "/get_server_info"])
+def test_server_info_reports_every_arg_version_and_scheduler_limits(
+    server: ReferenceProcess, contract: ModuleType, path: str
+) -> None:
+    info = get(server.url, path).json()
+    contract.GetServerInfoResponse.from_json_value(info)
+    assert info["version"] == "0.5.23" and info["frontend"] == "python"
+    assert info["context_length"] is None  # not passed on the command line
+    assert isinstance(info["max_total_num_tokens"], int) and info["max_req_input_len"] == 4096 - 1 - 5
+    assert isinstance(info["internal_states"], list) and info["enable_deterministic_inference"] is True
+    for key in (
+        "model_path",
+        "served_model_name",
+        "tokenizer_path",
+        "max_running_requests",
+        "skip_tokenizer_init",
+    ):
+        assert key in info
+
+
+def test_server_info_survives_concurrent_calls(server: ReferenceProcess) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda _: get(server.url, "/server_info"), range(32)))
+    assert {reply.status for reply in replies} == {200}
+
+
+def test_server_info_reports_a_context_length_passed_on_the_command_line(launch: Launch) -> None:
+    server = launch("--context-length", "1000", "--max-running-requests", "7")
+    info = get(server.url, "/server_info").json()
+    assert (info["context_length"], info["max_req_input_len"], info["max_running_requests"]) == (1000, 994, 7)
+    assert get(server.url, "/v1/models").json()["data"][0]["max_model_len"] == 1000
+
+
+def test_v1_models_reports_the_effective_context_length(
+    server: ReferenceProcess, contract: ModuleType
+) -> None:
+    models = get(server.url, "/v1/models").json()
+    assert models["object"] == "list" and len(models["data"]) == 1
+    contract.ModelCard.from_json_value(models["data"][0])
+    assert models["data"][0]["max_model_len"] == 4096
+
+
+@pytest.mark.parametrize("prefix", ["", "/v1"])
+def test_tokenize_returns_tokens_and_count(server: ReferenceProcess, prefix: str) -> None:
+    reply = request(server.url, f"{prefix}/tokenize", {"prompt": "Hello there"}).json()
+    ids = TOKENIZER.encode("Hello there").ids
+    assert reply == {"tokens": ids, "count": len(ids), "max_model_len": 4096}
+    batch = request(
+        server.url, f"{prefix}/tokenize", {"prompt": ["a b", "c"], "add_special_tokens": False}
+    ).json()
+    assert batch["count"] == [len(ids) for ids in batch["tokens"]]
+
+
+@pytest.mark.parametrize("prefix", ["", "/v1"])
+def test_detokenize_round_trips(server: ReferenceProcess, contract: ModuleType, prefix: str) -> None:
+    ids = TOKENIZER.encode("A river flows to the sea.").ids
+    reply = request(server.url, f"{prefix}/detokenize", {"tokens": ids}).json()
+    assert contract.DetokenizeResponse.from_json_value(reply).text == "A river flows to the sea."
+    assert request(server.url, "/detokenize", {"tokens": [ids, ids[:2]]}).json() == {
+        "text": ["A river flows to the sea.", "A river"]
+    }
+    assert request(server.url, "/detokenize", {"tokens": [EOS], "skip_special_tokens": False}).json() == {
+        "text": "<|im_end|>"
+    }
+
+
+@pytest.mark.parametrize(
+    ("tokens", "kind"), [(["a"], "Bad Request"), ([-1], "DecodeError"), ("x", "Bad Request")]
+)
+def test_detokenize_refuses_bad_tokens_with_400(server: ReferenceProcess, tokens: Any, kind: str) -> None:
+    reply = request(server.url, "/detokenize", {"tokens": tokens})
+    assert reply.status == 400 and reply.json()["object"] == "error" and reply.json()["type"] == kind
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_flush_cache_answers_in_plain_text(server: ReferenceProcess, method: str) -> None:
+    reply = request(server.url, "/flush_cache", method=method)
+    assert (
+        reply.status == 200
+        and reply.content_type == "text/plain"
+        and reply.body.startswith(b"Cache flushed.")
+    )
+
+
+def test_v1_loads_reports_running_and_waiting_requests(server: ReferenceProcess) -> None:
+    loads = get(server.url, "/v1/loads").json()
+    assert loads["version"] == "0.5.23" and loads["loads"][0]["num_running_reqs"] == 0
+
+
+def test_unknown_paths_and_methods_get_fastapis_bodies(server: ReferenceProcess) -> None:
+    assert (get(server.url, "/version").status, get(server.url, "/version").json()) == (
+        404,
+        {"detail": "Not Found"},
+    )
+    assert get(server.url, "/generate").status == 405
+
+
+def test_an_api_key_is_required_when_set(launch: Launch) -> None:
+    server = launch("--api-key", "sekret")
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}}
+    assert request(server.url, "/generate", body).status == 401
+    wrong = request(server.url, "/generate", body, headers={"Authorization": "Bearer nope"})
+    assert (wrong.status, wrong.json()) == (401, {"error": "Unauthorized"})
+    assert request(server.url, "/generate", body, headers={"Authorization": "Bearer sekret"}).status == 200
+    assert get(server.url, "/health").status == 200  # probes stay open
+    assert get(server.url, "/server_info").status == 401
+    assert (
+        get(server.url, "/server_info", headers={"Authorization": "Bearer sekret"}).json()["api_key"] == "***"
+    )
+
+
+def test_reference_stats_count_generations_and_reset(launch: Launch) -> None:
+    server = launch()
+    body = {"input_ids": [PROMPT, PROMPT], "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}
+    assert request(server.url, "/generate", body).status == 200
+    stats = get(server.url, "/reference/stats").json()
+    assert (stats["generate_requests"], stats["completed_requests"], stats["completed_tokens"]) == (1, 2, 10)
+    assert stats["slots"] is None and stats["utilization"] is None
+    reset = request(server.url, "/reference/stats/reset").json()
+    assert reset["completed_requests"] == 0 and reset["wall_seconds"] < stats["wall_seconds"] + 1
+
+
+# --- --skip-tokenizer-init (§7) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ids_only(contract: ModuleType) -> Iterator[Conformance]:
+    with launch_reference(args=["--skip-tokenizer-init"]) as process:
+        yield Conformance(process.url, contract)
+
+
+def test_without_a_tokenizer_responses_have_no_text(ids_only: Conformance) -> None:
+    result = ids_only.ok({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4}})
+    assert list(result) == ["output_ids", "meta_info"]
+    events = ids_only.ok({"input_ids": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 4}})
+    assert all("text" not in event for event in events[:-1])
+
+
+def test_without_a_tokenizer_stop_token_ids_and_length_behave_as_in_sglangs_tests(
+    ids_only: Conformance,
+) -> None:
+    sampling = {"temperature": 0, "stop_token_ids": [EOS], "max_new_tokens": 1024}
+    stopped = ids_only.ok({"input_ids": PROMPT, "sampling_params": sampling})
+    assert stopped["meta_info"]["finish_reason"]["matched"] == EOS == stopped["output_ids"][-1]
+    capped = ids_only.ok({"input_ids": PROMPT, "sampling_params": {**sampling, "max_new_tokens": 8}})
+    assert len(capped["output_ids"]) == capped["meta_info"]["completion_tokens"] == 8
+    assert capped["meta_info"]["prompt_tokens"] == len(PROMPT)
+
+
+def test_without_a_tokenizer_n3_returns_three(ids_only: Conformance) -> None:
+    assert len(ids_only.ok({"input_ids": PROMPT, "sampling_params": {"n": 3, "max_new_tokens": 3}})) == 3
+
+
+def test_without_a_tokenizer_the_stream_ends_with_the_non_stream_ids(ids_only: Conformance) -> None:
+    body = {"input_ids": PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 64}}
+    events = ids_only.ok({**body, "stream": True})
+    assert events[-2]["output_ids"] == ids_only.ok(body)["output_ids"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"text": "hi"}, "The engine initialized with skip_tokenizer_init=True cannot accept text prompts."),
+        (
+            {"input_ids": PROMPT, "sampling_params": {"stop": "x"}},
+            "stop=['x'] is unavailable when skip_tokenizer_init=True",
+        ),
+        ({"input_ids": PROMPT, "sampling_params": {"min_new_tokens": 3}}, "min_new_tokens=3 is unavailable"),
+    ],
+)
+def test_without_a_tokenizer_text_features_are_refused(
+    ids_only: Conformance, body: dict[str, Any], message: str
+) -> None:
+    reply = ids_only.generate(body)
+    assert reply.status == 400 and reply.json()["error"]["message"].startswith(message)
+
+
+def test_without_a_tokenizer_tokenize_fails_with_500(ids_only: Conformance) -> None:
+    assert request(ids_only.url, "/tokenize", {"prompt": "hi"}).status == 500
