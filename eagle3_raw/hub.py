@@ -387,9 +387,13 @@ def publish_recipe(recipe: Recipe) -> PublishedRecipe:
 
 
 def _public_server(server: dict[str, Any]) -> dict[str, Any]:
-    server = dict(scrub(server))
-    server["endpoints"] = [public_url(url) for url in server.get("endpoints") or []]
-    return server
+    """The server section without secrets; ``api_key_env`` stays (a variable's name, not its value)."""
+    kept = {"api_key_env"}
+    public = {
+        k: v if k in kept else scrub(v) for k, v in server.items() if k in kept or not is_secret_name(k)
+    }
+    public["endpoints"] = [public_url(url) for url in server.get("endpoints") or []]
+    return public
 
 
 def _ship(files: dict[str, Path], local: Path, folder: str) -> str:
@@ -856,14 +860,13 @@ def reproduce(
     commit, name = _resolve_config(api, repo_id, revision or ref_revision, config)
     with _work_dir(work_dir) as root:
         recipe, manifest = fetch_recipe(api, repo_id, commit, name, root / "hub", overrides)
+        fingerprint = recipe.fingerprint  # now: it digests the downloaded files, gone after the block
         options = {**(run_options or {}), "journal_dir": root / "journals"}
         rebuilt = build(recipe, cache_dir=root / "cache", run_options=options)
         published = _load_published(api, repo_id, name, commit, root / "published")
         result = compare(published, rebuilt.dataset, max_differences=max_differences)
         del published, rebuilt
-    return Comparison(
-        repo_id, name, commit, str(manifest.get("fingerprint", "?")), recipe.fingerprint, **result
-    )
+    return Comparison(repo_id, name, commit, str(manifest.get("fingerprint", "?")), fingerprint, **result)
 
 
 def _resolve_config(api: HfApi, repo_id: str, revision: str | None, config: str | None) -> tuple[str, str]:
