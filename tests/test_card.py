@@ -59,7 +59,8 @@ MANIFEST: dict[str, Any] = {
                   "chat_template_sha256": "bb" * 32, "chat_template_kwargs": "{}", "vocab_size": "6144"},
     "counts": {"rows": 900, "prompt_tokens": 12_345, "generated_tokens": 6_789,
                "finish_reasons": {"stop": 850, "length": 50}, "dropped_truncated": 0,
-               "skipped": {"row 'x': the chat template refused it | pipes": 2}, "failed": {"8 attempts failed": 1}},
+               "skipped": {"row 'x': the chat template refused it | pipes": 2},
+               "failed": {"8 attempts failed": 1}},
     "lengths": {key: {"min": 1, "p50": 2, "p90": 3, "p99": 4, "max": 5, "mean": 2.5}
                 for key in ("prompt", "generated", "total")},
 }  # fmt: skip
