@@ -1,0 +1,256 @@
+"""Never lose a generated token (issue 4): kills, faults, dying endpoints, identity, a full disk.
+
+Builds run as real ``eagle3-raw build`` processes against real reference servers; the servers'
+ledgers say what was really asked and answered.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytest
+
+import eagle3_raw
+from eagle3_raw.errors import ServerMismatch
+from eagle3_raw.journal import Journal
+from eagle3_raw.recipe import load_recipe
+from eagle3_raw.run import RunOptions, journal_dir_for, run
+from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
+
+
+def _prompts(folder: Path, count: int) -> None:
+    topics = ["rivers", "stars", "bread", "trains", "owls", "glass", "maps", "tides", "clocks", "moss"]
+    rows = [
+        {"id": f"p{i:03d}", "prompt": f"Tell me about {topics[i % 10]} number {i}."} for i in range(count)
+    ]
+    write_jsonl(folder / "prompts.jsonl", rows)
+
+
+def _build_command(recipe: Path, work: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet", "--log-interval", "1",
+        "--journal-dir", str(work / "journals"), "--cache-dir", str(work / "cache"), *extra,
+    ]  # fmt: skip
+
+
+def _clean_build(recipe: Path, work: Path, **overrides: Any) -> datasets.Dataset:
+    """The same recipe built once, uninterrupted, in its own cache and journal."""
+    return eagle3_raw.load(
+        str(recipe), cache_dir=str(work / "clean-cache"), journal_dir=work / "clean-journals",
+        progress="none", **overrides,
+    )  # fmt: skip
+
+
+def _final(recipe: Path, work: Path) -> datasets.Dataset:
+    result = subprocess.run(_build_command(recipe, work), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return eagle3_raw.load(
+        str(recipe), cache_dir=str(work / "cache"), journal_dir=work / "journals", progress="none"
+    )
+
+
+def _assert_same_rows(built: datasets.Dataset, clean: datasets.Dataset) -> None:
+    assert built["id"] == clean["id"]
+    assert len(set(built["id"])) == len(built)
+    assert built["input_ids"] == clean["input_ids"]
+    assert built["loss_mask"] == clean["loss_mask"]
+
+
+def _journaled_ids(recipe: Path, work: Path) -> set[str]:
+    directory = journal_dir_for(load_recipe(recipe), work / "journals")
+    if not (directory / "manifest.json").exists():
+        return set()
+    with Journal.read(directory) as journal:
+        return {row.id for row in journal.iter_rows()}
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_sigkilled_build_resumes_to_the_same_rows_without_asking_twice(tmp_path: Path) -> None:
+    _prompts(tmp_path, 60)
+    rng = random.Random(7)
+    with reference_server(tmp_path, "--slots", "8", "--ms-per-token", "0.5") as (server, ledger):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url], sampling={"samples_per_prompt": 2, "max_new_tokens": 256}
+        )
+        for _ in range(3):
+            seen = len(generations(ledger))
+            build = subprocess.Popen(
+                _build_command(recipe, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            _wait_until_asked(ledger, seen + rng.randint(5, 40), build)
+            time.sleep(rng.uniform(0.0, 0.5))
+            build.kill()
+            build.wait()
+            journaled, asked_before = _journaled_ids(recipe, tmp_path), len(generations(ledger))
+            assert journaled, "the killed build journaled nothing"
+            resumed = _final_after_kill_check(recipe, tmp_path, ledger, journaled, asked_before)
+        clean = _clean_build(recipe, tmp_path)
+    _assert_same_rows(resumed, clean)
+
+
+def _wait_until_asked(ledger: Path, count: int, build: subprocess.Popen[bytes]) -> None:
+    _wait_for(lambda: len(generations(ledger)) >= count or build.poll() is not None)
+
+
+def _final_after_kill_check(
+    recipe: Path, work: Path, ledger: Path, journaled: set[str], asked_before: int
+) -> datasets.Dataset:
+    """Finish the build, then check that nothing journaled before was requested again."""
+    built = _final(recipe, work)
+    asked_again = {rid_row_id(g["rid"]) for g in generations(ledger)[asked_before:]}
+    assert not asked_again & journaled
+    return built
+
+
+def test_faults_at_several_percent_give_the_same_set_as_a_clean_run(tmp_path: Path) -> None:
+    _prompts(tmp_path, 80)
+    faults = "http500=0.04,http503=0.04,reset=0.04,abort=0.04,hang=0.02"
+    with reference_server(tmp_path, "--faults", faults, "--fault-seed", "3") as (server, ledger):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url],
+            server={"request_timeout": 2, "max_retries": 12}, sampling={"samples_per_prompt": 2},
+        )  # fmt: skip
+        built = _final(recipe, tmp_path)
+    injected = {r.get("fault") for r in _ledger_lines(ledger)} - {None}
+    assert injected >= {"http500", "http503", "reset", "abort", "hang"}
+    with reference_server(tmp_path) as (clean_server, _):
+        clean = _clean_build(recipe, tmp_path, **{"server.endpoints": [clean_server.url]})
+    _assert_same_rows(built, clean)
+
+
+def _ledger_lines(ledger: Path) -> list[dict[str, Any]]:
+    from eagle3_raw.reference.ledger import read_ledger
+
+    return read_ledger(ledger)
+
+
+def test_an_endpoint_killed_mid_run_and_restarted_later(tmp_path: Path) -> None:
+    _prompts(tmp_path, 80)
+    slow = ("--slots", "4", "--ms-per-token", "0.5")
+    with (
+        reference_server(tmp_path, *slow) as (a, ledger_a),
+        reference_server(tmp_path, *slow) as (b, ledger_b),
+    ):
+        recipe = write_recipe(tmp_path, endpoints=[a.url, b.url], sampling={"samples_per_prompt": 2})
+        build = subprocess.Popen(
+            _build_command(recipe, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        _wait_for(lambda: len(generations(ledger_a)) >= 10)
+        a.kill()
+        _wait_for(lambda: len(generations(ledger_b)) >= 40 or build.poll() is not None)
+        a.restart()
+        _, stderr = build.communicate(timeout=120)
+        assert build.returncode == 0, stderr.decode()[-3000:]
+        assert b"taken out" in stderr
+        built = eagle3_raw.load(
+            str(recipe), cache_dir=str(tmp_path / "cache"), journal_dir=tmp_path / "journals"
+        )
+        clean = _clean_build(recipe, tmp_path)
+    assert len(built) == 160
+    _assert_same_rows(built, clean)
+
+
+def test_resume_against_a_different_model_is_refused(tmp_path: Path) -> None:
+    _prompts(tmp_path, 6)
+    with reference_server(tmp_path, "--served-model-name", "model-a") as (server, _):
+        recipe = load_recipe(write_recipe(tmp_path, endpoints=[server.url]))
+        options = RunOptions(journal_dir=tmp_path / "journals", progress="none")
+        run(recipe, options)
+    with reference_server(tmp_path, "--served-model-name", "model-b") as (server, ledger):
+        moved = load_recipe(recipe, {"server.endpoints": [server.url]})
+        with pytest.raises(ServerMismatch) as refused:
+            run(moved, options)
+        assert generations(ledger) == []
+        assert "served_model_name" in str(refused.value) and "--allow-server-change" in str(refused.value)
+        run(moved, RunOptions(journal_dir=tmp_path / "journals", progress="none", allow_server_change=True))
+    with Journal.read(journal_dir_for(recipe, tmp_path / "journals")) as journal:
+        [change] = journal.manifest["history"]
+        assert change["changes"]["served_model_name"] == {"recorded": "model-a", "now": "model-b"}
+
+
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_journal_that_cannot_be_written_stops_the_build_and_stays_readable(tmp_path: Path) -> None:
+    _prompts(tmp_path, 120)
+    with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "0.5") as (server, _):
+        sampling = {"max_new_tokens": 256, "ignore_eos": True}
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling=sampling)
+        full = subprocess.run(
+            _build_command(recipe, tmp_path), capture_output=True, text=True, timeout=120,
+            preexec_fn=_file_size_limit(64 * 1024),
+        )  # fmt: skip
+        assert full.returncode == 1
+        assert "error:" in full.stderr and "rows-0-of-1.bin" in full.stderr, full.stderr[-2000:]
+        kept = _journaled_ids(recipe, tmp_path)
+        assert 0 < len(kept) < 120
+        finished = _final(recipe, tmp_path)
+    assert len(finished) == 120 and kept <= set(finished["id"])
+
+
+def test_ctrl_c_aborts_in_flight_requests_and_says_how_to_resume(tmp_path: Path) -> None:
+    _prompts(tmp_path, 40)
+    with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "5") as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 512})
+        build = subprocess.Popen(
+            _build_command(recipe, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _wait_for(lambda: len(generations(ledger)) >= 3)
+        build.send_signal(signal.SIGINT)
+        _, stderr = build.communicate(timeout=30)
+        text = stderr.decode()
+        assert build.returncode == 130, text[-2000:]
+        assert "aborting" in text and "Run the same command again to resume" in text
+        aborted = [r for r in _ledger_lines(ledger) if (r.get("finish_reason") or {}).get("type") == "abort"]
+        assert aborted, "no in-flight request was aborted on the server"
+        kept = _journaled_ids(recipe, tmp_path)
+        finished = _final(recipe, tmp_path)
+    assert kept and kept <= set(finished["id"]) and len(finished) == 40
+
+
+def test_rows_that_fail_for_good_are_recorded_and_retried_on_request(tmp_path: Path) -> None:
+    write_jsonl(
+        tmp_path / "prompts.jsonl", [{"id": "ok", "prompt": "hi"}, {"id": "bad", "prompt": "hello there"}]
+    )
+    # stop strings are refused by a --skip-tokenizer-init server: a 400 for every request
+    recipe = write_recipe(tmp_path, endpoints=["http://127.0.0.1:9"], sampling={"stop": ["\n\n"]})
+    with reference_server(tmp_path, "--skip-tokenizer-init") as (server, ledger):
+        moved = load_recipe(recipe, {"server.endpoints": [server.url]})
+        options = RunOptions(journal_dir=tmp_path / "journals", progress="none")
+        result = run(moved, options)
+        assert sum(result.summary.failed.values()) == 2 and result.summary.rows == 0
+        asked = len(generations(ledger))
+        run(moved, options)
+        assert len(generations(ledger)) == asked, "failed rows were asked again without --retry-failed"
+    _assert_failures_retried(moved, tmp_path)
+
+
+def _assert_failures_retried(recipe: Any, work: Path) -> None:
+    with reference_server(work) as (server, ledger):
+        again = load_recipe(recipe, {"server.endpoints": [server.url]})
+        options = RunOptions(
+            journal_dir=work / "journals", progress="none", retry_failed=True, allow_server_change=True
+        )
+        result = run(again, options)
+    assert result.summary.rows == 2 and not result.summary.failed
+    assert {rid_row_id(g["rid"]) for g in generations(ledger)} == {"ok:1:0", "bad:1:0"}
