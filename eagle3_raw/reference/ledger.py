@@ -8,7 +8,9 @@ a server restarted on the same file keeps appending.
 Each line carries ``time`` (Unix seconds), ``port``, ``endpoint`` (``"/generate"``), ``request``
 (the server's sequence number of the HTTP request, from 0 per process), ``status`` (the HTTP status
 sent, ``null`` for a reply that never came), ``fault`` (the injected fault or ``null``) and
-``delivered`` (false when the connection was reset, hung or dropped by the client). Generation
+``delivered`` (false when the connection was reset, hung or dropped by the client; a line is written
+just before the last bytes of its response go out, so a client holding a response always finds it,
+and a client vanishing in that very instant may be recorded as served). Generation
 lines (one per prompt x sample, ``status`` 200, or the 400/503 a generation ended with) add
 ``index`` (position in the response), ``rid``, ``input_ids`` (as received, or as tokenized from
 ``text``), ``text``, ``sampling_params`` (as received), ``output_ids``, ``finish_reason`` and

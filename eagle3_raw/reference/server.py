@@ -497,14 +497,21 @@ class ReferenceServer:
         if ctx.fault == "reset":
             await produce()
             return await self._reset(ctx, response, b"".join(_drain(chunks)), self._records(ctx, req, jobs))
+        logged = False
+
+        def log_before_done() -> None:
+            nonlocal logged
+            logged = True
+            self._log(self._records(ctx, req, jobs), delivered=_connected(ctx.request))
+
         try:
             await response.prepare(ctx.request)
-            await asyncio.gather(produce(), _pump(chunks, response))
-            await response.write_eof()
+            await asyncio.gather(produce(), _pump(chunks, response, log_before_done))
         except (asyncio.CancelledError, ConnectionError):
-            self._log(self._records(ctx, req, jobs), delivered=False)
+            if not logged:
+                self._log(self._records(ctx, req, jobs), delivered=False)
             raise
-        self._log(self._records(ctx, req, jobs), delivered=True)
+        await response.write_eof()
         return response
 
     def _records(self, ctx: _Context, req: p.Normalized, jobs: list[Job], status: int = 200) -> list[Record]:
@@ -564,15 +571,16 @@ class ReferenceServer:
     async def _send(
         self, ctx: _Context, status: int, payload: bytes, content_type: str, records: list[Record]
     ) -> web.StreamResponse:
-        """Send a whole response now, so the ledger knows whether it was delivered."""
+        """Send a whole response now. The ledger line is written before the body goes out, so a
+        client holding the response always finds its line."""
         response = web.Response(status=status, body=payload, content_type=content_type)
         try:
             await response.prepare(ctx.request)
-            await response.write_eof()
         except (asyncio.CancelledError, ConnectionError):
             self._log(records, delivered=False)
             raise
-        self._log(records, delivered=True)
+        self._log(records, delivered=_connected(ctx.request))
+        await response.write_eof()
         return response
 
     async def _reset(
@@ -785,16 +793,26 @@ def _drain(chunks: asyncio.Queue[bytes | None]) -> Iterator[bytes]:
             yield chunk
 
 
-async def _pump(chunks: asyncio.Queue[bytes | None], response: web.StreamResponse) -> None:
-    """Write queued SSE chunks as they come, batching whatever is already waiting."""
+async def _pump(
+    chunks: asyncio.Queue[bytes | None], response: web.StreamResponse, before_last: Callable[[], None]
+) -> None:
+    """Write queued SSE chunks as they come, batching whatever is already waiting; ``before_last``
+    runs just before the write that carries ``[DONE]``."""
     while True:
         batch = [await chunks.get()]
         while not chunks.empty():
             batch.append(chunks.get_nowait())
         done = batch[-1] is None
+        if done:
+            before_last()
         await response.write(b"".join(c for c in batch if c is not None))
         if done:
             return
+
+
+def _connected(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
 
 
 async def _flushed(request: web.Request) -> None:

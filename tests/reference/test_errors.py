@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
@@ -13,7 +12,7 @@ import pytest
 from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
 from tests.reference.conformance import Conformance, is_validation_error
 from tests.reference.test_conformance import PROMPT
-from tests.reference.wire import Reply, get, post_many, request
+from tests.reference.wire import Reply, get, post_many, request, wait_until
 
 Launch = Callable[..., ReferenceProcess]
 
@@ -38,13 +37,6 @@ def long_run(rid: str | None = None, tokens: int = 300) -> dict[str, Any]:
 def stats(url: str) -> dict[str, Any]:
     value: dict[str, Any] = get(url, "/reference/stats").json()
     return value
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 @pytest.fixture

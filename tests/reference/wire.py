@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,3 +115,11 @@ def post_many(
             return list(await asyncio.gather(*(one(body) for body in bodies)))
 
     return asyncio.run(run())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll ``condition`` every 10 ms until it holds (a generous ``timeout`` only catches hangs)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
