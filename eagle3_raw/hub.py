@@ -217,6 +217,13 @@ def _http_message(exc: Exception, repo_id: str, action: str) -> str:
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     status = _status(exc)
+    if isinstance(exc, RevisionNotFoundError):
+        return f"cannot {action} {repo_id}: no such revision"
+    if isinstance(exc, RepositoryNotFoundError):
+        return (
+            f"cannot {action} {repo_id}: no such dataset repo, or it is private and the credentials "
+            "cannot read it"
+        )
     if status == 401:
         return (
             f"cannot {action} {repo_id}: the Hub refused the credentials (HTTP 401); the token is "
@@ -226,12 +233,6 @@ def _http_message(exc: Exception, repo_id: str, action: str) -> str:
         return (
             f"cannot {action} {repo_id}: the token has no write access to it (HTTP 403); use a token "
             f"with write permission on the {repo_id.split('/')[0]!r} namespace"
-        )
-    if isinstance(exc, RevisionNotFoundError):
-        return f"cannot {action} {repo_id}: no such revision"
-    if isinstance(exc, RepositoryNotFoundError):
-        return (
-            f"cannot {action} {repo_id}: no such dataset repo, or it is private and the token cannot read it"
         )
     return f"cannot {action} {repo_id}: {_first_line(exc)}"
 

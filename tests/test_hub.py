@@ -1,0 +1,446 @@
+"""Publishing and reproducing (issue 5), against the Hub emulator with the real hub/datasets clients.
+
+Every build goes to the reference server; rows are checked against what the Hub serves back, and
+"no request sent" / "really regenerated" against the reference server's ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import orjson
+import pytest
+import yaml
+from huggingface_hub import DatasetCard, HfApi
+
+from eagle3_raw import hub, hub_cli
+from eagle3_raw.errors import HubError
+from eagle3_raw.recipe import load_recipe
+from eagle3_raw.resources import builder_scripts_dir
+from tests.helpers import generations, reference_server
+
+try:
+    from tests.support.hub_server import HubServer, hub_server
+    from tests.support.hub_server import hub as hub_fixture
+except ModuleNotFoundError:  # `tests` is a package only when the repo root is on sys.path
+    from support.hub_server import HubServer, hub_server  # type: ignore[no-redef]
+    from support.hub_server import hub as hub_fixture  # type: ignore[no-redef]
+
+emulator = hub_fixture
+__all__ = ["emulator", "hub_server"]  # fixtures used by name
+
+REPO = "alice/eagle"
+SECRET = "sk-e3raw-do-not-publish-8d1f"
+
+
+def _recipe(folder: Path, name: str = "haiku", source: str = "plain.jsonl", **sections: Any) -> Path:
+    """A small greedy recipe in ``folder`` reading a copy of a demo prompt file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(builder_scripts_dir() / "prompts" / source, folder / source)
+    raw: dict[str, Any] = {
+        "name": name,
+        "license": "apache-2.0",
+        "prompts": {"source": source, "id_column": "id", "limit": 3},
+        "server": {"launch": "reference"},
+        "sampling": {"max_new_tokens": 16, "temperature": 0},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw[key], **value} if isinstance(raw.get(key), dict) else value
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _push(recipe: Path, tmp_path: Path, **kwargs: Any) -> hub.PushResult:
+    options = {"journal_dir": tmp_path / "journals", "progress": "none"}
+    return hub.push(str(recipe), kwargs.pop("repo", REPO), run_options=options, **kwargs)
+
+
+def _load(repo: str, config: str, revision: str, token: str) -> datasets.Dataset:
+    rows = datasets.load_dataset(repo, config, revision=revision, split="train", token=token)
+    assert isinstance(rows, datasets.Dataset)
+    return rows
+
+
+def _cli(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="eagle3-raw")
+    sub = parser.add_subparsers(dest="command", required=True)
+    hub_cli.add_push(sub)
+    hub_cli.add_reproduce(sub)
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+def _card(hub: HubServer, revision: str = "main") -> tuple[dict[str, Any], str]:
+    text = hub.files(REPO, revision)["README.md"].decode()
+    card = DatasetCard(text)
+    meta = yaml.safe_load(text.split("---\n", 2)[1])
+    return meta, card.text
+
+
+@pytest.fixture()
+def token(emulator: HubServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("HF_TOKEN", emulator.tokens.write)
+    return emulator.tokens.write
+
+
+# --- push -----------------------------------------------------------------------------------------
+
+
+def test_push_then_load_by_tag_gives_back_the_rows_and_features(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    recipe = _recipe(tmp_path / "r")
+    result = _push(recipe, tmp_path, tag="v1")
+    assert (result.repo_id, result.config, result.tag, result.rows, result.generated) == (
+        REPO, "haiku", "v1", 3, True,
+    )  # fmt: skip
+    local = hub.build(load_recipe(recipe), run_options={"journal_dir": tmp_path / "journals"})
+    assert not local.generated  # the cache: same rows as pushed
+    published = _load(REPO, "haiku", "v1", token)
+    assert published.features == local.dataset.features
+    assert published.to_list() == local.dataset.to_list()
+
+    files = emulator.files(REPO, "v1")
+    assert {"recipes/haiku.yaml", "recipes/haiku.manifest.json", "recipes/haiku.lengths.svg",
+            "recipes/haiku/prompts/plain.jsonl", "README.md"} <= set(files)  # fmt: skip
+    assert files["recipes/haiku/prompts/plain.jsonl"] == (recipe.parent / "plain.jsonl").read_bytes()
+    assert files["recipes/haiku.lengths.svg"].startswith(b"<svg")
+    refs = HfApi(token=token).list_repo_refs(REPO, repo_type="dataset")
+    assert {t.name: t.target_commit for t in refs.tags} == {"v1": result.commit}
+
+
+def test_published_recipe_resolves_beside_itself_with_the_same_fingerprint(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    fingerprint = load_recipe(_recipe(tmp_path / "r")).fingerprint  # (computed when first read)
+    _push(tmp_path / "r" / "haiku.yaml", tmp_path)
+    shutil.rmtree(tmp_path / "r")  # the original prompt file is gone: only the Hub's copy remains
+    api = HfApi(token=token)
+    commit = api.dataset_info(REPO).sha
+    assert commit is not None
+    fetched, manifest = hub.fetch_recipe(api, REPO, commit, "haiku", tmp_path / "download")
+    assert fetched.prompts.source == "haiku/prompts/plain.jsonl"
+    assert fetched.fingerprint == fingerprint == manifest["fingerprint"]
+
+
+def test_manifest_records_server_tokenizer_versions_and_counts(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    result = _push(_recipe(tmp_path / "r"), tmp_path)
+    manifest = orjson.loads(emulator.files(REPO)["recipes/haiku.manifest.json"])
+    rows = _load(REPO, "haiku", result.commit, token)
+    assert manifest["fingerprint"] == result.fingerprint and manifest["name"] == "haiku"
+    assert manifest["server"]["version"] and manifest["server"]["model_path"]
+    assert manifest["server"]["server_info"]["max_running_requests"] > 0
+    assert (
+        len(manifest["tokenizer"]["tokenizer_sha256"])
+        == len(manifest["tokenizer"]["chat_template_sha256"])
+        == 64
+    )
+    assert manifest["versions"]["eagle3_raw"] and manifest["versions"]["datasets"] == datasets.__version__
+    counts = manifest["counts"]
+    assert counts["rows"] == len(rows) == 3
+    assert counts["prompt_tokens"] == sum(rows["prompt_len"])
+    assert counts["generated_tokens"] == sum(len(r["input_ids"]) - r["prompt_len"] for r in rows)
+    assert sum(counts["finish_reasons"].values()) == 3 and counts["skipped"] == counts["failed"] == {}
+    assert manifest["lengths"]["total"]["max"] == max(len(ids) for ids in rows["input_ids"])
+
+
+def test_card_metadata_parses_and_keeps_configs_and_dataset_info(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    _push(_recipe(tmp_path / "r"), tmp_path, tag="v1")
+    meta, body = _card(emulator, "v1")
+    assert meta["license"] == "apache-2.0" and meta["task_categories"] == ["text-generation"]
+    assert meta["size_categories"] == ["n<1K"]
+    assert {"eagle3", "speculative-decoding", "sglang", "synthetic"} <= set(meta["tags"])
+    assert [c["config_name"] for c in meta["configs"]] == ["haiku"]
+    assert meta["dataset_info"]["config_name"] == "haiku"
+    assert meta["dataset_info"]["splits"][0]["num_examples"] == 3
+    assert "<!-- eagle3_raw:config:haiku:start -->" in body and "(recipes/haiku.lengths.svg)" in body
+    assert "eagle3-raw reproduce alice/eagle@v1 --config haiku" in body
+    assert "⟦generated⟧" in body
+    info = HfApi(token=token).dataset_info(REPO, revision="v1")
+    assert info.card_data is not None and info.card_data.license == "apache-2.0"
+
+
+def test_a_second_recipe_leaves_the_first_ones_data_and_section(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    first = _recipe(tmp_path / "a", "haiku", description="Haiku answers.")
+    _push(first, tmp_path)
+    _push(_recipe(tmp_path / "b", "chats", source="sharegpt.jsonl", turns="all"), tmp_path, tag="v2")
+    meta, body = _card(emulator, "v2")
+    assert {c["config_name"] for c in meta["configs"]} == {"haiku", "chats"}
+    assert {i["config_name"] for i in meta["dataset_info"]} == {"haiku", "chats"}
+    assert "Haiku answers." in body and body.count("eagle3_raw:config:chats:start") == 1
+    assert len(_load(REPO, "haiku", "v2", token)) == 3 and len(_load(REPO, "chats", "v2", token)) > 0
+
+    # pushing the first recipe again (a new description: same fingerprint) replaces only its section
+    _push(_recipe(tmp_path / "a", "haiku", description="Haiku, second edition."), tmp_path, tag="v3")
+    _, again = _card(emulator, "v3")
+    assert again.count("<!-- eagle3_raw:config:haiku:start -->") == 1 and "Haiku answers." not in again
+    chats = "<!-- eagle3_raw:config:chats:start -->"
+    assert again.split(chats)[1].split("<!--")[0] == body.split(chats)[1].split("<!--")[0]
+
+
+def test_second_push_sends_no_generation_request_and_existing_tag_is_refused(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    with reference_server(tmp_path) as (server, ledger):
+        recipe = _recipe(tmp_path / "r", server={"launch": None, "endpoints": [server.url]})
+        _push(recipe, tmp_path, tag="v1")
+        sent = len(generations(ledger))
+        assert sent == 3
+        again = _push(recipe, tmp_path, tag="v2")
+        assert not again.generated and len(generations(ledger)) == sent
+    tags = {
+        t.name: t.target_commit for t in HfApi(token=token).list_repo_refs(REPO, repo_type="dataset").tags
+    }
+    with pytest.raises(HubError, match="tag 'v1' already exists on alice/eagle"):
+        _push(recipe, tmp_path, tag="v1", overrides={"server.endpoints": ["http://127.0.0.1:9"]})
+    after = HfApi(token=token).list_repo_refs(REPO, repo_type="dataset").tags
+    assert {t.name: t.target_commit for t in after} == tags  # never moved
+
+
+def test_push_to_a_new_branch_creates_it_from_main(emulator: HubServer, token: str, tmp_path: Path) -> None:
+    api = HfApi(token=token)
+    api.create_repo(REPO, repo_type="dataset")
+    api.upload_file(path_or_fileobj=b"notes\n", path_in_repo="notes.txt", repo_id=REPO, repo_type="dataset")
+    result = _push(_recipe(tmp_path / "r"), tmp_path, revision="dev", tag="dev-v1")
+    assert result.branch == "dev"
+    assert "notes.txt" in emulator.files(REPO, "dev")  # branched from main
+    assert "recipes/haiku.yaml" not in emulator.files(REPO, "main")
+    assert len(_load(REPO, "haiku", "dev-v1", token)) == 3
+
+
+def test_private_push_is_not_readable_anonymously(
+    emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _push(_recipe(tmp_path / "r"), tmp_path, private=True, tag="v1")
+    assert HfApi(token=token).dataset_info(REPO).private
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(HubError, match="cannot read alice/eagle: no such dataset repo, or it is private"):
+        hub.reproduce(f"{REPO}@v1")
+
+
+def test_cli_push_prints_where_it_went(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = _recipe(tmp_path / "r")
+    argv = [
+        "push",
+        str(recipe),
+        "--repo",
+        REPO,
+        "--tag",
+        "v1",
+        "--quiet",
+        "--journal-dir",
+        str(tmp_path / "j"),
+    ]
+    assert _cli([*argv, "--set", "sampling.max_new_tokens=8"]) == 0
+    out = capsys.readouterr().out
+    assert "pushed            alice/eagle config haiku (3 rows, generated now)" in out
+    assert "revision='v1'" in out
+    rows = _load(REPO, "haiku", "v1", token)
+    assert max(len(r["input_ids"]) - r["prompt_len"] for r in rows) <= 8
+
+
+# --- credentials and secrets -------------------------------------------------------------------------
+
+
+def test_no_credentials_is_an_error_before_anything_is_built(emulator: HubServer, tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path / "r", server={"launch": None, "endpoints": ["http://127.0.0.1:9"]})
+    with pytest.raises(HubError, match=r"no Hugging Face credentials: set HF_TOKEN or run `hf auth login`"):
+        _push(recipe, tmp_path)
+    assert emulator.requests == []
+
+
+@pytest.mark.parametrize(
+    ("who", "status"), [("bob", "HTTP 403"), ("read", "HTTP 403"), ("bogus", "HTTP 401")]
+)  # fmt: skip
+def test_a_repo_you_cannot_write_is_a_clear_error(
+    emulator: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, who: str, status: str
+) -> None:
+    tokens = {"bob": emulator.tokens.bob, "read": emulator.tokens.read, "bogus": "hf_not_a_valid_token_123"}
+    monkeypatch.setenv("HF_TOKEN", tokens[who])
+    recipe = _recipe(tmp_path / "r", server={"launch": None, "endpoints": ["http://127.0.0.1:9"]})
+    with pytest.raises(HubError, match=rf"cannot create or write alice/eagle: .*\({status}\)") as error:
+        _push(recipe, tmp_path)
+    assert tokens[who] not in str(error.value)
+    assert not any("/commit/" in r.path for r in emulator.requests)
+
+
+def test_no_token_or_server_key_reaches_the_hub(
+    emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("E3RAW_TEST_KEY", SECRET)
+    server = {"launch": "reference", "launch_args": ["--api-key", SECRET], "api_key_env": "E3RAW_TEST_KEY"}
+    _push(_recipe(tmp_path / "r", server=server), tmp_path, tag="v1")
+    assert emulator.find_bytes(SECRET) == [] and emulator.find_bytes(token) == []
+    files = emulator.files(REPO, "v1")
+    manifest = orjson.loads(files["recipes/haiku.manifest.json"])
+    assert "api_key" not in manifest["server"]["server_info"]
+    assert "--api-key <redacted>" in manifest["server"]["server_info"]["launch_command"]
+    published = yaml.safe_load(files["recipes/haiku.yaml"])
+    assert published["server"]["launch_args"] == ["--api-key", "<redacted>"]
+    assert published["server"]["api_key_env"] == "E3RAW_TEST_KEY"
+
+
+def test_a_secret_in_the_recipe_text_is_refused(
+    emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = _recipe(tmp_path / "r", description=f"built with token {token[:3]} {token}")
+    with pytest.raises(HubError, match=r"refusing to upload recipes/haiku\.yaml: it contains a credential"):
+        _push(recipe, tmp_path)
+    assert emulator.find_bytes(token) == []
+
+
+# --- reproduce ------------------------------------------------------------------------------------
+
+
+def test_reproduce_regenerates_and_reports_full_agreement(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pushed = _push(_recipe(tmp_path / "r", turns="all"), tmp_path, tag="v1")
+    with reference_server(tmp_path) as (server, ledger):
+        argv = ["reproduce", f"{REPO}@v1", "--quiet", "--strict", "--set", "server.launch=null",
+                "--set", f"server.endpoints={server.url}"]  # fmt: skip
+        assert _cli(argv) == 0
+        regenerated = len(generations(ledger))
+    out = capsys.readouterr().out
+    assert regenerated == pushed.rows  # really regenerated, although this machine has it cached
+    assert f"identical         {pushed.rows} of {pushed.rows} (100.0%)" in out
+    assert "verdict           full agreement" in out
+
+
+def test_reproduce_with_several_configs_needs_one_named(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    _push(_recipe(tmp_path / "a", "haiku"), tmp_path)
+    _push(_recipe(tmp_path / "b", "chats", source="sharegpt.jsonl"), tmp_path)
+    with pytest.raises(HubError, match=r"several configs \(chats, haiku\); choose one with --config"):
+        hub.reproduce(REPO)
+    with pytest.raises(HubError, match="has no config 'nope'; it has: chats, haiku"):
+        hub.reproduce(REPO, config="nope")
+    result = hub.reproduce(REPO, config="chats", run_options={"progress": "none"})
+    assert result.full_agreement and result.config == "chats"
+
+
+def test_reproduce_with_a_changed_recipe_says_so(emulator: HubServer, token: str, tmp_path: Path) -> None:
+    _push(_recipe(tmp_path / "r"), tmp_path)
+    result = hub.reproduce(REPO, overrides=["sampling.max_new_tokens=4"], run_options={"progress": "none"})
+    assert not result.full_agreement and result.published_fingerprint != result.rebuilt_fingerprint
+    assert result.common == 3 and result.identical == 0
+    assert {d.part for d in result.differences} == {"generated"}
+    assert "DIFFERENT recipe" in result.render()
+
+
+# --- pieces without the Hub -----------------------------------------------------------------------
+
+
+def test_secret_names_are_whole_words() -> None:
+    secret = ["api_key", "--api-key", "--admin-api-key", "HF_TOKEN", "ssl_keyfile_password", "apiKey", "auth"]
+    public = [
+        "tokenizer_path",
+        "max_total_num_tokens",
+        "skip_tokenizer_init",
+        "keyfile",
+        "monkey",
+        "kv_cache",
+    ]
+    assert all(map(hub.is_secret_name, secret))
+    assert not any(map(hub.is_secret_name, public))
+
+
+def test_scrub_drops_secret_keys_and_redacts_command_lines() -> None:
+    info = {
+        "api_key": "s1", "admin_api_key": None, "tokenizer_path": "/m", "max_total_num_tokens": 9,
+        "launch_command": "python -m sglang.launch_server --model /m --api-key s2 --admin-api-key=s3 "
+                          "--tokenizer-path /t HF_TOKEN=s4 --url https://u:s5@h/x "
+                          "--header 'Authorization: Bearer s6'",
+        "nested": [{"hf_token": "s7", "ok": ["--api-key", "s8", "--port", "1"]}],
+    }  # fmt: skip
+    clean = hub.scrub(info)
+    text = orjson.dumps(clean).decode()
+    assert not any(f"s{i}" in text.replace("sglang", "") for i in range(1, 9)), text
+    assert set(clean) == {"tokenizer_path", "max_total_num_tokens", "launch_command", "nested"}
+    assert "--tokenizer-path /t" in clean["launch_command"] and "--model /m" in clean["launch_command"]
+    assert clean["nested"] == [{"ok": ["--api-key", "<redacted>", "--port", "1"]}]
+    assert hub.scrub_text("log in with hf_abcdefghijklmnopqrstu") == "log in with <redacted>"
+
+
+def test_public_url_drops_credentials() -> None:
+    assert hub.public_url("http://user:pw@gpu-1:30000/v1?key=x#y") == "http://gpu-1:30000/v1"
+    assert hub.public_url("http://[::1]:8000") == "http://[::1]:8000"
+
+
+def test_published_recipe_ships_a_prompt_folder_and_template_and_keeps_the_fingerprint(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "data" / "prompts"
+    folder.mkdir(parents=True)
+    for name in ("plain.jsonl", "sharegpt.jsonl"):
+        shutil.copy(builder_scripts_dir() / "prompts" / name, folder / name)
+    (folder / ".DS_Store").write_bytes(b"junk")
+    (tmp_path / "data" / "template.jinja").write_text("{{ messages }}")
+    raw = {
+        "name": "mix", "prompts": {"source": "prompts"}, "model": {"chat_template": "template.jinja"},
+        "server": {"endpoints": ["http://u:p@h:1"]}, "sampling": {"max_new_tokens": 4},
+    }  # fmt: skip
+    (tmp_path / "data" / "mix.yaml").write_text(yaml.safe_dump(raw))
+    recipe = load_recipe(tmp_path / "data" / "mix.yaml")
+    published = hub.publish_recipe(recipe)  # checks the fingerprint itself; raises if it would change
+    assert sorted(published.files) == [
+        "recipes/mix/chat_template/template.jinja",
+        "recipes/mix/prompts/prompts/plain.jsonl",
+        "recipes/mix/prompts/prompts/sharegpt.jsonl",
+    ]
+    assert published.data["prompts"]["source"] == "mix/prompts/prompts"
+    assert published.data["model"]["chat_template"] == "mix/chat_template/template.jinja"
+    assert published.data["server"]["endpoints"] == ["http://h:1"]
+    assert published.prompt_source == "local"
+
+
+def test_published_recipe_of_a_hub_source_ships_no_files(tmp_path: Path) -> None:
+    raw = {"name": "h", "prompts": {"source": "org/prompts", "revision": "v1"},
+           "server": {"endpoints": ["http://h:1"]}, "sampling": {"max_new_tokens": 4}}  # fmt: skip
+    published = hub.publish_recipe(load_recipe(raw))
+    assert published.files == {} and published.prompt_source == "hub"
+    assert published.data["prompts"]["source"] == "org/prompts"
+
+
+def test_compare_matches_rows_by_id_and_finds_the_first_difference() -> None:
+    def rows(items: dict[str, list[int]]) -> datasets.Dataset:
+        return datasets.Dataset.from_dict(
+            {"id": list(items), "input_ids": list(items.values()), "prompt_len": [2] * len(items)}
+        )
+
+    published = rows({"a": [1, 2, 3], "b": [1, 2, 3, 4], "c": [5, 6, 7], "gone": [1]})
+    rebuilt = rows({"c": [5, 6, 7], "b": [1, 2, 9, 4], "a": [1, 2, 3], "new": [2]})
+    result = hub.Comparison(REPO, "x", "abc", "f", "f", **hub.compare(published, rebuilt))
+    assert (result.published_rows, result.rebuilt_rows, result.common, result.identical) == (4, 4, 3, 2)
+    assert result.only_published == ("gone",) and result.only_rebuilt == ("new",)
+    assert result.differences == (hub.RowDifference("b", 2, "generated", 4, 4, (3, 4), (9, 4)),)
+    assert result.identical_share == 0.5 and not result.full_agreement
+    assert "only published    1: gone" in result.render()
+    same = hub.Comparison(REPO, "x", "abc", "f", "f", **hub.compare(published, published))
+    assert same.full_agreement and same.identical_share == 1.0
+
+
+def test_repo_refs_and_config_choice() -> None:
+    assert hub.parse_repo_ref("org/name@v1") == ("org/name", "v1")
+    assert hub.parse_repo_ref("org/name") == ("org/name", None)
+    with pytest.raises(HubError, match="expected org/name"):
+        hub.parse_repo_ref("just-a-name")
+    assert hub.choose_config("o/n", ["only"], None) == "only"
+    with pytest.raises(HubError, match="has no eagle3_raw recipe"):
+        hub.choose_config("o/n", [], None)
