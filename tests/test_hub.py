@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,47 @@ def test_cli_push_prints_where_it_went(
     assert "revision='v1'" in out
     rows = _load(REPO, "haiku", "v1", token)
     assert max(len(r["input_ids"]) - r["prompt_len"] for r in rows) <= 8
+
+
+def test_hub_prompt_source_is_listed_in_source_datasets_and_not_uploaded(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    prompts = [{"id": f"p{i}", "prompt": f"Write a haiku about the number {i}."} for i in range(4)]
+    datasets.Dataset.from_list(prompts).push_to_hub("alice/prompts", token=token)
+    recipe = _recipe(tmp_path / "r", prompts={"source": "alice/prompts", "revision": "main"})
+    _push(recipe, tmp_path, tag="v1")
+    meta, body = _card(emulator, "v1")
+    assert meta["source_datasets"] == ["alice/prompts"]
+    assert "`alice/prompts` (Hub dataset, split `train`, revision `main`)" in body
+    files = emulator.files(REPO, "v1")
+    assert not any(path.startswith("recipes/haiku/") for path in files)
+    assert yaml.safe_load(files["recipes/haiku.yaml"])["prompts"]["source"] == "alice/prompts"
+    assert orjson.loads(files["recipes/haiku.manifest.json"])["prompt_source"] == "hub"
+
+
+def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: Path) -> None:
+    """The most faithful client setup: HF_ENDPOINT read at import, nothing patched in process."""
+    script = (
+        "import argparse, sys\n"
+        "from eagle3_raw import hub_cli\n"
+        "parser = argparse.ArgumentParser()\n"
+        "sub = parser.add_subparsers(required=True)\n"
+        "hub_cli.add_push(sub), hub_cli.add_reproduce(sub)\n"
+        "args = parser.parse_args(sys.argv[1:])\n"
+        "sys.exit(args.handler(args))\n"
+    )
+    env = hub_server.client_env(tmp_path / "home")
+    env.update(HF_TOKEN=hub_server.tokens.write, EAGLE3_RAW_JOURNAL_DIR=str(tmp_path / "journals"))
+    recipe = _recipe(tmp_path / "r")
+    for argv in (["push", str(recipe), "--repo", REPO, "--tag", "v1", "--quiet"],
+                 ["reproduce", f"{REPO}@v1", "--quiet", "--strict"]):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "verdict           full agreement" in done.stdout
+    assert hub_server.find_bytes(hub_server.tokens.write) == []
+    assert hub_server.tokens.write not in done.stdout + done.stderr
 
 
 # --- credentials and secrets -------------------------------------------------------------------------
