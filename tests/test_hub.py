@@ -223,6 +223,27 @@ def test_push_to_a_new_branch_creates_it_from_main(emulator: HubServer, token: s
     assert len(_load(REPO, "haiku", "dev-v1", token)) == 3
 
 
+def test_card_write_retries_when_another_commit_lands_meanwhile(
+    emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    update_card = hub.cards.update_card
+
+    def racing(readme: str, section: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # someone else commits between our read and our write
+            HfApi(token=token).upload_file(
+                path_or_fileobj=b"theirs\n", path_in_repo="other.txt", repo_id=REPO, repo_type="dataset"
+            )
+        return update_card(readme, section)
+
+    monkeypatch.setattr(hub.cards, "update_card", racing)
+    _push(_recipe(tmp_path / "r"), tmp_path, tag="v1")
+    assert len(calls) == 2
+    files = emulator.files(REPO, "v1")
+    assert files["other.txt"] == b"theirs\n" and b"eagle3_raw:config:haiku:start" in files["README.md"]
+
+
 def test_private_push_is_not_readable_anonymously(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
