@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ Handler = Callable[[argparse.Namespace], int]
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``eagle3-raw``; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found": we need none
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     handler: Handler = args.handler
     try:

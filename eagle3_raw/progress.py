@@ -60,10 +60,10 @@ class ProgressDisplay:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        columns = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn())
         self._bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            TextColumn("{task.fields[detail]}"), refresh_per_second=4, transient=False,
-        )  # fmt: skip
+            *columns, TimeRemainingColumn(), TextColumn("{task.fields[detail]}"), refresh_per_second=4
+        )
         self._task = self._bar.add_task(description, total=None, detail="")
         self._bar.start()
 
@@ -88,9 +88,9 @@ def status_line(stats: RunStats, endpoints: Sequence[Endpoint]) -> str:
     healthy = sum(e.healthy for e in endpoints)
     in_flight = sum(e.in_flight for e in endpoints)
     return (
-        f"{stats.tokens_per_second:,.0f} tok/s | in flight {in_flight} | "
-        f"endpoints {healthy}/{len(endpoints)} up | retries {stats.retries} | "
-        f"failed {stats.failed} | skipped {stats.skipped}"
+        f"{stats.tokens_per_second:,.0f} tok/s, {in_flight} in flight, "
+        f"{healthy}/{len(endpoints)} endpoints up, {stats.retries} retries, "
+        f"{stats.failed} failed, {stats.skipped} skipped"
     )
 
 

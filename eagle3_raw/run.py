@@ -189,7 +189,7 @@ class _Run:
 
     async def _check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
         probe = tokenizer_probe(self.renderer)
-        ours = self.renderer.tokenizer.encode(probe, add_special_tokens=False)
+        ours = self.renderer.tokenizer.encode(probe, add_special_tokens=False, verbose=False)
         for identity in identities:
             try:
                 theirs = await sglang.tokenize(
@@ -253,13 +253,11 @@ class _Run:
             await _gather_or_fail([producer, *workers])
             self._check_every_job_has_an_outcome()
         except BaseException:
-            await self._abort_in_flight()
+            self._stop.set()
+            await self._abort(list(self.in_flight.items()))
             raise
         finally:
-            self._stop.set()
-            for task in (*workers, ticker):
-                task.cancel()
-            await asyncio.gather(*workers, ticker, return_exceptions=True)
+            await self._cancel([*workers, ticker])
             await self.pool.close()
             self.display.update(self.stats, self.pool.endpoints)
             self.display.stop()
@@ -331,6 +329,8 @@ class _Run:
             try:
                 return self._journal_row(job, await self._attempt(job, attempt), attempt + 1)
             except RetryableError as exc:
+                if self._stop.is_set():
+                    return  # stopping: aborted on purpose, not a failure of this row
                 last = exc
                 log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
             except RowError as exc:
@@ -388,12 +388,19 @@ class _Run:
             await asyncio.sleep(0.25)
             self.display.update(self.stats, self.pool.endpoints)
 
-    async def _abort_in_flight(self) -> None:
-        """Tell the servers to stop what we will not wait for (Ctrl-C, fatal error)."""
-        pending = list(self.in_flight.items())
+    async def _cancel(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        self._stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _abort(self, pending: Sequence[tuple[str, str]]) -> None:
+        """Tell the servers to stop what we will not wait for (Ctrl-C, fatal error), while the
+        requests' connections are still open: SGLang drops an abort for a rid it no longer has."""
         if pending:
             log.warning("aborting %d in-flight requests on the server(s)", len(pending))
             await asyncio.gather(*(sglang.abort(self.session, url, rid) for rid, url in pending))
+            await asyncio.sleep(0.2)  # let the aborted responses arrive before the workers go
 
     def _summary(self) -> Summary:
         stats = self.journal.stats()

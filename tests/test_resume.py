@@ -209,9 +209,9 @@ def test_a_journal_that_cannot_be_written_stops_the_build_and_stays_readable(tmp
 
 
 def test_ctrl_c_aborts_in_flight_requests_and_says_how_to_resume(tmp_path: Path) -> None:
-    _prompts(tmp_path, 40)
-    with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "5") as (server, ledger):
-        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 512})
+    _prompts(tmp_path, 12)
+    with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "2") as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 256})
         build = subprocess.Popen(
             _build_command(recipe, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -225,7 +225,7 @@ def test_ctrl_c_aborts_in_flight_requests_and_says_how_to_resume(tmp_path: Path)
         assert aborted, "no in-flight request was aborted on the server"
         kept = _journaled_ids(recipe, tmp_path)
         finished = _final(recipe, tmp_path)
-    assert kept and kept <= set(finished["id"]) and len(finished) == 40
+    assert kept and kept <= set(finished["id"]) and len(finished) == 12
 
 
 def test_rows_that_fail_for_good_are_recorded_and_retried_on_request(tmp_path: Path) -> None:
