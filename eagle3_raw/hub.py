@@ -399,8 +399,10 @@ def _public_server(server: dict[str, Any]) -> dict[str, Any]:
 
 def _ship(files: dict[str, Path], local: Path, folder: str) -> str:
     """Add ``local`` (a file, or a folder's data files) under ``recipes/<folder>/``; the relative path."""
-    local = local.resolve()
-    relative = f"{folder}/{local.name}"
+    # the name as the recipe gives it (a symlink keeps its own name): digest_path hashes file names
+    name = local.name if local.name not in ("", ".", "..") else local.resolve().name
+    local = local.absolute()
+    relative = f"{folder}/{name}"
     if local.is_file():
         files[f"recipes/{relative}"] = local
     for path in sorted(local.rglob("*")) if local.is_dir() else ():
@@ -463,6 +465,7 @@ def build(
     """
     import datasets
 
+    from eagle3_raw.builder import our_errors
     from eagle3_raw.registry import register
     from eagle3_raw.run import journal_dir_for
 
@@ -471,8 +474,6 @@ def build(
     builder = datasets.load_dataset_builder(
         "eagle3_raw", recipe=recipe, cache_dir=str(cache_dir) if cache_dir else None, **options
     )
-    from eagle3_raw.builder import our_errors
-
     with our_errors():
         builder.download_and_prepare()
     dataset = builder.as_dataset(split="train")
@@ -562,7 +563,7 @@ def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | 
     from eagle3_raw.journal import Journal
 
     try:
-        with contextlib.closing(Journal.read(journal_dir, fingerprint=recipe.fingerprint)) as journal:
+        with Journal.read(journal_dir, fingerprint=recipe.fingerprint) as journal:
             return dict(journal.manifest), journal.stats()
     except JournalError as exc:
         log.warning("no journal for %s (%s): the card will not show the server or failures", recipe.name, exc)

@@ -455,6 +455,7 @@ def test_published_recipe_ships_a_prompt_folder_and_template_and_keeps_the_finge
     for name in ("plain.jsonl", "sharegpt.jsonl"):
         shutil.copy(builder_scripts_dir() / "prompts" / name, folder / name)
     (folder / ".DS_Store").write_bytes(b"junk")
+    (folder / "linked.jsonl").symlink_to(builder_scripts_dir() / "prompts" / "openai.jsonl")
     (tmp_path / "data" / "template.jinja").write_text("{{ messages }}")
     raw = {
         "name": "mix", "prompts": {"source": "prompts"}, "model": {"chat_template": "template.jinja"},
@@ -465,6 +466,7 @@ def test_published_recipe_ships_a_prompt_folder_and_template_and_keeps_the_finge
     published = hub.publish_recipe(recipe)  # checks the fingerprint itself; raises if it would change
     assert sorted(published.files) == [
         "recipes/mix/chat_template/template.jinja",
+        "recipes/mix/prompts/prompts/linked.jsonl",
         "recipes/mix/prompts/prompts/plain.jsonl",
         "recipes/mix/prompts/prompts/sharegpt.jsonl",
     ]
@@ -472,6 +474,15 @@ def test_published_recipe_ships_a_prompt_folder_and_template_and_keeps_the_finge
     assert published.data["model"]["chat_template"] == "mix/chat_template/template.jinja"
     assert published.data["server"]["endpoints"] == ["http://h:1"]
     assert published.prompt_source == "local"
+
+
+def test_published_recipe_of_a_linked_prompt_file_keeps_its_name(tmp_path: Path) -> None:
+    (tmp_path / "current.jsonl").symlink_to(builder_scripts_dir() / "prompts" / "plain.jsonl")
+    raw = {"name": "l", "prompts": {"source": "current.jsonl"}, "server": {"endpoints": ["http://h:1"]},
+           "sampling": {"max_new_tokens": 4}}  # fmt: skip
+    (tmp_path / "l.yaml").write_text(yaml.safe_dump(raw))
+    published = hub.publish_recipe(load_recipe(tmp_path / "l.yaml"))  # same fingerprint, or HubError
+    assert list(published.files) == ["recipes/l/prompts/current.jsonl"]
 
 
 def test_published_recipe_of_a_hub_source_ships_no_files(tmp_path: Path) -> None:
