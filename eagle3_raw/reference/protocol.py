@@ -806,26 +806,32 @@ def _normalize_stops(
         )
 
 
+_RULES: tuple[tuple[Callable[[Sampling], bool], str], ...] = (
+    (lambda s: not math.isfinite(s.temperature) or s.temperature < 0.0,
+     "temperature must be a non-negative finite number, got {s.temperature}."),
+    (lambda s: not 0.0 < s.top_p <= 1.0, "top_p must be in (0, 1], got {s.top_p}."),
+    (lambda s: not 0.0 <= s.min_p <= 1.0, "min_p must be in [0, 1], got {s.min_p}."),
+    (lambda s: s.top_k < 1, "top_k must be -1 (disable) or at least 1, got {s.top_k}."),
+    (lambda s: not -2.0 <= s.frequency_penalty <= 2.0,
+     "frequency_penalty must be in [-2, 2], got {s.frequency_penalty}."),
+    (lambda s: not -2.0 <= s.presence_penalty <= 2.0,
+     "presence_penalty must be in [-2, 2], got {s.presence_penalty}."),
+    (lambda s: not 0.0 < s.repetition_penalty <= 2.0,
+     "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {s.repetition_penalty}."),
+    (lambda s: s.min_new_tokens < 0,
+     "min_new_tokens must be in [0, max_new_tokens], got {s.min_new_tokens}."),
+)  # fmt: skip
+"""``SamplingParams.verify``'s range rules in its order (after ``beam_width``), with its wording."""
+
+
 def _verify(s: Sampling, raw: Mapping[str, Any], vocab_size: int) -> None:
     """``SamplingParams.verify``: the first failing rule, worded as SGLang words it."""
     beam_width = raw.get("beam_width")
-    for failed, message in (
-        (beam_width is not None and beam_width < 1, f"beam_width must be at least 1, got {beam_width}."),
-        (not math.isfinite(s.temperature) or s.temperature < 0.0,
-         f"temperature must be a non-negative finite number, got {s.temperature}."),
-        (not 0.0 < s.top_p <= 1.0, f"top_p must be in (0, 1], got {s.top_p}."),
-        (not 0.0 <= s.min_p <= 1.0, f"min_p must be in [0, 1], got {s.min_p}."),
-        (s.top_k < 1, f"top_k must be -1 (disable) or at least 1, got {s.top_k}."),
-        (not -2.0 <= s.frequency_penalty <= 2.0,
-         f"frequency_penalty must be in [-2, 2], got {s.frequency_penalty}."),
-        (not -2.0 <= s.presence_penalty <= 2.0,
-         f"presence_penalty must be in [-2, 2], got {s.presence_penalty}."),
-        (not 0.0 < s.repetition_penalty <= 2.0,
-         f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {s.repetition_penalty}."),
-        (s.min_new_tokens < 0, f"min_new_tokens must be in [0, max_new_tokens], got {s.min_new_tokens}."),
-    ):  # fmt: skip
-        if failed:
-            raise RequestError(message)
+    if beam_width is not None and beam_width < 1:
+        raise RequestError(f"beam_width must be at least 1, got {beam_width}.")
+    for failed, message in _RULES:
+        if failed(s):
+            raise RequestError(message.format(s=s))
     _verify_lengths(s)
     _verify_logit_bias(raw.get("logit_bias"), vocab_size)
     _verify_seed(s.sampling_seed)

@@ -272,16 +272,18 @@ class ReferenceServer:
 
     def _prepare(self, req: p.Normalized) -> list[Job]:
         """Tokenize and validate every item, in order (the first failing item decides the 400)."""
-        jobs = []
+        jobs: list[Job] = []
+        parsed: dict[int, p.Sampling] = {}  # the items of a batch usually share one sampling_params dict
         for index, spec in enumerate(req.items):
             ids = p.prompt_ids(spec, self._encode, radix_cache=self.cache is not None)
             p.check_item(spec, len(ids), self.model.context_len, self.model.vocab_size)
-            sampling = p.parse_sampling(
-                spec.sampling, self.model.vocab_size, has_tokenizer=self._encode is not None
-            )
-            jobs.append(
-                Job(index, spec, ids, sampling, sampling.stream_interval or self.config.stream_interval)
-            )
+            sampling = parsed.get(id(spec.sampling))
+            if sampling is None:
+                sampling = parsed[id(spec.sampling)] = p.parse_sampling(
+                    spec.sampling, self.model.vocab_size, has_tokenizer=self._encode is not None
+                )
+            interval = sampling.stream_interval or self.config.stream_interval
+            jobs.append(Job(index, spec, ids, sampling, interval))
         if self.slots is not None:
             for job in jobs:
                 job.ticket = self.inflight[job.spec.rid] = Ticket(job.spec.rid)
