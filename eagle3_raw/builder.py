@@ -28,7 +28,7 @@ VERSION = datasets.Version("1.0.0")
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(
-    {"journal_dir", "allow_server_change", "retry_failed", "progress", "log_interval"}
+    {"journal_dir", "allow_server_change", "retry_failed", "progress", "log_interval", "generate"}
 )
 
 

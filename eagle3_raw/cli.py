@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eagle3-raw", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_build(sub)
+    _add_merge(sub)
     _add_serve_reference(sub)
     return parser
 
@@ -70,9 +71,28 @@ def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = sub.add_parser("build", help="generate a recipe's set into the datasets cache")
     _add_recipe_arguments(parser)
     _add_run_arguments(parser)
+    _add_output_arguments(parser)
+    parser.add_argument(
+        "--shard", metavar="I/N",
+        help="generate only shard I of N into the journal (N processes, N machines); then eagle3-raw merge",
+    )  # fmt: skip
+    parser.set_defaults(handler=_build)
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, help="also write the set as Parquet into this folder")
     parser.add_argument("--cache-dir", type=Path, help="datasets cache folder (default: HF_DATASETS_CACHE)")
-    parser.set_defaults(handler=_build)
+
+
+def _add_merge(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "merge", help="assemble the set from a journal filled by shard builds (sends no request)"
+    )
+    _add_recipe_arguments(parser)
+    _add_output_arguments(parser)
+    parser.add_argument("--journal-dir", type=Path, help="journal root the shards wrote to")
+    parser.add_argument("--force", action="store_true", help="merge even if some shard has not finished")
+    parser.set_defaults(handler=_merge)
 
 
 def _run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,7 +109,41 @@ def _build(args: argparse.Namespace) -> int:
     from eagle3_raw.recipe import parse_set_args
 
     overrides = parse_set_args(args.overrides)
-    dataset, summary = build_dataset(args.recipe, overrides, _run_kwargs(args), cache_dir=args.cache_dir)
+    if args.shard is not None:
+        return _build_shard(args, overrides)
+    return _materialize(args, overrides, _run_kwargs(args))
+
+
+def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    from eagle3_raw.plan import Shard
+    from eagle3_raw.recipe import load_recipe
+    from eagle3_raw.run import RunOptions, run
+
+    shard = Shard.parse(args.shard)
+    options = RunOptions(shard=shard, **_run_kwargs(args))
+    result = run(load_recipe(args.recipe, overrides), options)
+    print(result.summary.render())
+    print(f"shard {shard.index}/{shard.count} is complete; once all {shard.count} are:")
+    print(f"  eagle3-raw merge {args.recipe}")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from eagle3_raw.journal import journal_root
+    from eagle3_raw.recipe import load_recipe, parse_set_args
+    from eagle3_raw.run import journal_dir_for
+    from eagle3_raw.shards import check_merge_ready
+
+    overrides = parse_set_args(args.overrides)
+    recipe = load_recipe(args.recipe, overrides)
+    if not args.force:
+        check_merge_ready(journal_dir_for(recipe, args.journal_dir or journal_root()))
+    run_kwargs = {"journal_dir": args.journal_dir, "generate": False, "progress": "none"}
+    return _materialize(args, overrides, run_kwargs)
+
+
+def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs: dict[str, Any]) -> int:
+    dataset, summary = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
     print(summary)
     if args.output_dir is not None:
         path = write_parquet(dataset, args.output_dir, dataset.config_name)

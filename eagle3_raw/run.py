@@ -42,6 +42,7 @@ from eagle3_raw.errors import (
 from eagle3_raw.plan import Job, Limits, Shard, Skip, plan_jobs
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.rows import Row
+from eagle3_raw.shards import mark_complete
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -70,6 +71,8 @@ class RunOptions:
     retry_failed: bool = False
     progress: ProgressMode = "bar"
     log_interval: float = 30.0
+    generate: bool = True
+    """False: send nothing; the set is assembled from what the journal holds (``eagle3-raw merge``)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ def run(recipe: Recipe, options: RunOptions | None = None) -> RunResult:
     from eagle3_raw.render import Renderer
 
     options = options or RunOptions()
+    if not options.generate:
+        return assemble(recipe, options)
     renderer = Renderer(recipe)
     with launched_endpoints(recipe) as endpoints:
         build = _Run(recipe, options, renderer, endpoints)
@@ -252,6 +257,7 @@ class _Run:
         try:
             await _gather_or_fail([producer, *workers])
             self._check_every_job_has_an_outcome()
+            mark_complete(self.journal_dir, self.options.shard, self._counts())
         except BaseException:
             self._stop.set()
             await self._abort(list(self.in_flight.items()))
@@ -261,6 +267,16 @@ class _Run:
             await self.pool.close()
             self.display.update(self.stats, self.pool.endpoints)
             self.display.stop()
+
+    def _counts(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "planned": s.planned,
+            "rows": s.rows,
+            "failed": s.failed,
+            "skipped": s.skipped,
+            "replayed": s.replayed,
+        }
 
     def _check_every_job_has_an_outcome(self) -> None:
         outcomes = self.stats.rows + self.stats.failed + self.stats.skipped
@@ -403,23 +419,34 @@ class _Run:
             await asyncio.sleep(0.2)  # let the aborted responses arrive before the workers go
 
     def _summary(self) -> Summary:
-        stats = self.journal.stats()
-        return Summary(
-            rows=stats["rows"] - (stats["finish_reasons"].get("length", 0) if self._drops else 0),
-            prompt_tokens=stats["prompt_tokens"],
-            generated_tokens=stats["generated_tokens"],
-            finish_reasons=stats["finish_reasons"],
-            dropped=stats["finish_reasons"].get("length", 0) if self._drops else 0,
-            skipped=stats["failures"].get("skipped", {}),
-            failed=stats["failures"].get("failed", {}),
-            wall_time=self.stats.elapsed,
-            run_generated_tokens=self.stats.generated_tokens,
-            journal=str(self.journal_dir),
-        )
+        return summarize(self.journal, self.recipe, self.stats)
 
-    @property
-    def _drops(self) -> bool:
-        return self.recipe.on_truncation == "drop"
+
+def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
+    """The summary of what ``journal`` holds (every run so far) and of this run's ``stats``."""
+    totals = journal.stats()
+    dropped = totals["finish_reasons"].get("length", 0) if recipe.on_truncation == "drop" else 0
+    return Summary(
+        rows=totals["rows"] - dropped,
+        prompt_tokens=totals["prompt_tokens"],
+        generated_tokens=totals["generated_tokens"],
+        finish_reasons=totals["finish_reasons"],
+        dropped=dropped,
+        skipped=totals["failures"].get("skipped", {}),
+        failed=totals["failures"].get("failed", {}),
+        wall_time=stats.elapsed,
+        run_generated_tokens=stats.generated_tokens,
+        journal=str(journal.directory),
+    )
+
+
+def assemble(recipe: Recipe, options: RunOptions) -> RunResult:
+    """Send nothing: the result of what the journal holds (for ``eagle3-raw merge``)."""
+    from eagle3_raw.journal import Journal
+
+    directory = journal_dir_for(recipe, options.journal_dir)
+    with Journal.read(directory, fingerprint=recipe.fingerprint) as journal:
+        return RunResult(directory, summarize(journal, recipe, RunStats()))
 
 
 class _JobFeed:
