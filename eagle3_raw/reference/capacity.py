@@ -127,13 +127,17 @@ class Slots:
             if ticket.waiter is not None and not ticket.waiter.done():
                 ticket.waiter.set_exception(QueuedAbort())
 
-    async def hold(self, ticket: Ticket, seconds: float) -> float:
-        """Keep the slot busy for ``seconds`` unless the ticket is aborted first; returns the time held."""
-        start = self._clock()
-        if seconds > 0 and not ticket.aborted.is_set():
+    def now(self) -> float:
+        return self._clock()
+
+    async def hold_until(self, ticket: Ticket, deadline: float) -> bool:
+        """Keep the slot busy until ``deadline`` (on :meth:`now`'s clock) unless the ticket is aborted
+        first; False if it was. Deadlines are absolute, so timer lateness does not add up over steps."""
+        delay = deadline - self._clock()
+        if delay > 0 and not ticket.aborted.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ticket.aborted.wait(), seconds)
-        return self._clock() - start
+                await asyncio.wait_for(ticket.aborted.wait(), delay)
+        return not ticket.aborted.is_set()
 
 
 @dataclass(frozen=True)

@@ -403,19 +403,17 @@ class ReferenceServer:
         self, job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, streaming: bool
     ) -> None:
         """Hold the slot for the prefill, then for each streamed step; stop early on an abort."""
-        await slots.hold(ticket, timing.prefill_seconds(len(job.input_ids) - job.cached))
+        start = slots.now() + timing.prefill_seconds(len(job.input_ids) - job.cached)
         done, total = 0, len(job.planned)
-        for k in [*_steps(total, job.interval), total] if streaming else [total]:
-            if ticket.aborted.is_set():
-                break
-            held = await slots.hold(ticket, timing.decode_seconds(k - done))
-            if ticket.aborted.is_set():
-                done += min(timing.tokens_in(held), k - done)
-                break
-            done = k
-            if k < total:
-                job.output_ids = job.planned[:k]
-                emit(job, False)
+        if await slots.hold_until(ticket, start):
+            for k in [*_steps(total, job.interval), total] if streaming else [total]:
+                if not await slots.hold_until(ticket, start + timing.decode_seconds(k)):
+                    done = min(timing.tokens_in(slots.now() - start), k)
+                    break
+                done = k
+                if k < total:
+                    job.output_ids = job.planned[:k]
+                    emit(job, False)
         if ticket.aborted.is_set():
             job.end(job.planned[:done], p.finish_abort())
         else:
