@@ -45,6 +45,7 @@ VERSION = "0.5.23"
 _QUEUE_FULL = "The request queue is full."
 _EARLY_FAULTS = frozenset({"http500", "http503", "hang"})
 _JSON, _SSE, _TEXT = "application/json", "text/event-stream", "text/plain"
+_YIELD_EVERY = 50_000
 Record = dict[str, Any]
 
 
@@ -265,7 +266,7 @@ class ReferenceServer:
             jobs = self._prepare(req)
         except (p.RequestError, p.InternalServerError) as exc:
             return await self._refuse(ctx, exc, stream=req.stream)
-        self._plan(jobs, req, ctx)
+        await self._plan(jobs, req, ctx)
         if req.stream:
             return await self._stream(ctx, req, jobs)
         return await self._respond(ctx, req, jobs)
@@ -289,13 +290,22 @@ class ReferenceServer:
                 job.ticket = self.inflight[job.spec.rid] = Ticket(job.spec.rid)
         return jobs
 
-    def _plan(self, jobs: list[Job], req: p.Normalized, ctx: _Context) -> None:
-        """Run the engine for every job (the timing, if any, is simulated afterwards)."""
+    async def _plan(self, jobs: list[Job], req: p.Normalized, ctx: _Context) -> None:
+        """Run the engine for every job (the timing, if any, is simulated afterwards).
+
+        A big batch would hold the event loop for long: every ``_YIELD_EVERY`` generated ids it lets
+        other connections (health probes, aborts) in.
+        """
         if req.n > 1 and self.cache is not None:
             for job in jobs[:: req.n]:
                 self.cache.insert(job.input_ids)  # SGLang's prefill-only warm-up caches the prompt
+        since_yield = 0
         for job in jobs:
             self._plan_one(job)
+            since_yield += len(job.planned)
+            if since_yield >= _YIELD_EVERY:
+                since_yield = 0
+                await asyncio.sleep(0)
         if ctx.fault == "abort" and not self._abort_one(jobs):
             ctx.fault = None
         if ctx.fault is not None:
