@@ -36,10 +36,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="eagle3-raw", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="eagle3-raw", description="Raw-token EAGLE-3 training sets from SGLang's native /generate."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_build(sub)
     _add_merge(sub)
+    _add_hub(sub)
     _add_serve_reference(sub)
     return parser
 
@@ -184,6 +187,13 @@ def write_parquet(dataset: Any, output_dir: Path, name: str) -> Path:
     path = output_dir / f"{name}.parquet"
     dataset.to_parquet(str(path))
     return path
+
+
+def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eagle3_raw import hub_cli
+
+    hub_cli.add_push(sub)
+    hub_cli.add_reproduce(sub)
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,0 +1,36 @@
+"""The README's Quick start is what CI and new users run: keep it true to the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _quick_start() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section)
+
+
+def test_quick_start_has_the_two_commands_ci_runs_the_test_one() -> None:
+    demo, tests = _quick_start()
+    assert "pip install -e ." in demo and "eagle3-raw build builder_scripts/demo.yaml" in demo
+    assert 'pip install -e ".[test]"' in tests and tests.endswith("pytest")
+    matching = [
+        line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if re.match(r"^python3 -m venv .*pytest", line)
+    ]
+    assert matching == [tests]  # .ci/run greps exactly this line
+    assert "grep -E '^python3 -m venv .*pytest' README.md" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_demo_recipe_and_cli_commands_in_the_readme_exist() -> None:
+    from eagle3_raw.cli import build_parser
+
+    assert (ROOT / "builder_scripts" / "demo.yaml").is_file()
+    commands = set(re.findall(r"`eagle3-raw ([a-z-]+)", (ROOT / "README.md").read_text()))
+    known = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert commands <= known, commands - known
