@@ -20,6 +20,7 @@ import pytest
 import yaml
 from huggingface_hub import DatasetCard, HfApi
 
+from eagle3_raw import card as card_module
 from eagle3_raw import hub, hub_cli
 from eagle3_raw.errors import HubError
 from eagle3_raw.recipe import load_recipe
@@ -227,7 +228,7 @@ def test_card_write_retries_when_another_commit_lands_meanwhile(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    update_card = hub.cards.update_card
+    update_card = card_module.update_card
 
     def racing(readme: str, section: Any) -> Any:
         calls.append(1)
@@ -237,7 +238,7 @@ def test_card_write_retries_when_another_commit_lands_meanwhile(
             )
         return update_card(readme, section)
 
-    monkeypatch.setattr(hub.cards, "update_card", racing)
+    monkeypatch.setattr(card_module, "update_card", racing)
     _push(_recipe(tmp_path / "r"), tmp_path, tag="v1")
     assert len(calls) == 2
     files = emulator.files(REPO, "v1")
