@@ -691,9 +691,9 @@ def publish(
     manifest = build_manifest(recipe, published, scan, built.journal_dir)
     payloads = _recipe_payloads(published, manifest, scan)
     check_no_secrets(payloads, _secrets(token, recipe))
+    example = _example(recipe, built.dataset)  # before any upload: no half-published config
     _push_data(built.dataset, recipe, repo_id, token=token, revision=revision, private=private)
     recipe_commit = _push_recipe(api, repo_id, recipe.name, payloads, revision)
-    example = _example(recipe, built.dataset)
     section = cards.CardSection(repo_id, recipe.name, tag or recipe_commit, published.data, manifest, example)
     commit, warnings = _write_card(api, repo_id, section, revision, _secrets(token, recipe))
     if tag is not None:
@@ -944,7 +944,7 @@ def compare(
     past it. Differing rows are re-read afterwards, only the first ``max_differences`` of them.
     """
     hashes = dict(row_hashes(published))
-    published_rows, common, identical = len(hashes), 0, 0
+    published_rows, common, identical = len(published), 0, 0
     only_rebuilt: list[str] = []
     differing: list[str] = []
     rebuilt_rows = 0
