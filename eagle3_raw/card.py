@@ -223,7 +223,7 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "tokenizer": manifest.get("tokenizer") or {},
         "server": manifest.get("server"),
         "server_flags": server_flags(manifest.get("server")),
-        "sampling": _sampling_context(recipe["sampling"]),
+        "sampling": _sampling_context(recipe["sampling"], manifest.get("request_params")),
         "on_truncation": recipe["on_truncation"],
         "versions": manifest.get("versions") or {},
         "svg_path": section.svg_path,
@@ -274,8 +274,9 @@ def _prompts_context(recipe: Mapping[str, Any], manifest: Mapping[str, Any]) -> 
     }
 
 
-def _sampling_context(sampling: Mapping[str, Any]) -> dict[str, Any]:
-    params = {k: v for k, v in sampling.items() if k not in ("samples_per_prompt", "seed")}
+def _sampling_context(sampling: Mapping[str, Any], sent: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``sampling_params`` every request carried (the recipe's, defaults made explicit)."""
+    params = sent or {k: v for k, v in sampling.items() if k not in ("samples_per_prompt", "seed")}
     return {
         "params": params,
         "seed": sampling.get("seed", 0),

@@ -550,6 +550,7 @@ def build_manifest(
         "prompt_source": published.prompt_source,
         "prompt_files": sorted(p for p in published.files if "/prompts/" in p),
         "versions": _versions(),
+        "request_params": recipe.sampling.request_params(),
         "server": _server_facts(server),
         "tokenizer": scrub((server or {}).get("tokenizer") or _tokenizer_identity(recipe)),
         "counts": _counts(recipe, scan, stats),

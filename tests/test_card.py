@@ -173,7 +173,11 @@ def test_section_shows_how_it_was_made_counts_and_how_to_use_it() -> None:
     assert "SGLang `0.5.23` serving `/models/m` as `m`" in text
     assert "`dtype=auto`, `tp_size=1`" in text and "launch_command" not in text
     assert "tokenizer sha256 `" + "aa" * 32 + "`" in text and "chat template sha256 `" + "bb" * 32 in text
-    assert '"max_new_tokens":12' in text and "base seed 0" in text and "1 sample(s) per prompt" in text
+    assert (
+        '`sampling_params` `{"max_new_tokens":12,"temperature":0}`' in text
+        and "base seed 0" in text
+        and "1 sample(s) per prompt" in text
+    )
     assert "turns: `last`" in text and "1 file(s) uploaded beside the recipe" in text
     assert "![Length distribution of config alpha](recipes/alpha.lengths.svg)" in text
     assert 'load_dataset("alice/set", "alpha", revision="v1", split="train")' in text

@@ -23,7 +23,7 @@ from huggingface_hub import DatasetCard, HfApi
 from eagle3_raw import card as card_module
 from eagle3_raw import hub, hub_cli
 from eagle3_raw.errors import HubError
-from eagle3_raw.recipe import load_recipe
+from eagle3_raw.recipe import SGLANG_SAMPLING_DEFAULTS, load_recipe
 from eagle3_raw.resources import builder_scripts_dir
 from tests.helpers import generations, reference_server
 
@@ -148,6 +148,7 @@ def test_manifest_records_server_tokenizer_versions_and_counts(
         == 64
     )
     assert manifest["versions"]["eagle3_raw"] and manifest["versions"]["datasets"] == datasets.__version__
+    assert manifest["request_params"] == {**SGLANG_SAMPLING_DEFAULTS, "temperature": 0, "max_new_tokens": 16}
     counts = manifest["counts"]
     assert counts["rows"] == len(rows) == 3
     assert counts["prompt_tokens"] == sum(rows["prompt_len"])
