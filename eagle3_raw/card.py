@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from huggingface_hub.repocard_data import CardData
     from transformers import PreTrainedTokenizerBase
 
+__all__ = [
+    "CardSection", "Example", "decode_example", "lengths_svg", "merge_body", "render_section", "update_card",
+    "update_metadata",
+]  # fmt: skip
+
 TAGS = ("eagle3", "speculative-decoding", "sglang", "synthetic")
 TASK_CATEGORIES = ("text-generation",)
 GENERATED_START = "⟦generated⟧"

@@ -53,6 +53,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
+__all__ = [
+    "NO_CREDENTIALS", "Built", "Comparison", "PublishedRecipe", "PushResult", "RowDifference", "SetScan",
+    "build", "build_manifest", "check_no_secrets", "check_repo_id", "choose_config", "compare",
+    "fetch_recipe", "first_differences", "hub_errors", "is_secret_name", "parse_repo_ref", "prepare_repo",
+    "public_url", "publish", "publish_recipe", "push", "reproduce", "resolve_token", "row_hashes", "scan_set",
+    "scrub", "scrub_args", "scrub_text",
+]  # fmt: skip
+
 log = logging.getLogger("eagle3_raw")
 
 NO_CREDENTIALS = "no Hugging Face credentials: set HF_TOKEN or run `hf auth login`"
