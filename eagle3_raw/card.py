@@ -53,6 +53,7 @@ _SIZE_CATEGORIES = (
     (10**7, "1M<n<10M"), (10**8, "10M<n<100M"), (10**9, "100M<n<1B"), (10**10, "1B<n<10B"),
     (10**11, "10B<n<100B"), (10**12, "100B<n<1T"),
 )  # fmt: skip
+_MARKER_LIKE = re.compile(r"<!--\s*eagle3_raw:")
 _LENGTH_LABELS = (("prompt", "prompt"), ("generated", "generated"), ("total", "total (`len(input_ids)`)"))
 
 
@@ -206,8 +207,12 @@ def render_intro(repo_id: str) -> str:
 
 
 def render_section(section: CardSection) -> str:
-    """Config ``section.name``'s section (without its markers), from ``config_section.md.j2``."""
-    return _environment().get_template("config_section.md.j2").render(**section_context(section))
+    """Config ``section.name``'s section (without its markers), from ``config_section.md.j2``.
+
+    Marker-like comments inside it (a prompt quoting one) are defused, so they delimit nothing.
+    """
+    text = _environment().get_template("config_section.md.j2").render(**section_context(section))
+    return _MARKER_LIKE.sub("<!-- eagle3_raw\u200b:", text)
 
 
 def section_context(section: CardSection) -> dict[str, Any]:

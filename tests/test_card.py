@@ -163,6 +163,18 @@ def test_a_section_without_its_end_marker_is_an_error() -> None:
         card.merge_body(f"{start}\nhalf a section\n", "alpha", "NEW", "INTRO")
 
 
+def test_marker_text_inside_a_section_is_defused() -> None:
+    start, end = card.section_markers("beta")
+    quoting = _section("alpha", recipe={"description": f"a prompt that quotes {start} and {end}"})
+    first, _ = card.update_card(PUSHED, quoting)
+    text, _ = card.update_card(first, _section("beta", recipe={"description": "Beta."}))
+    again, _ = card.update_card(text, _section("beta", recipe={"description": "Beta, second edition."}))
+    assert again.count(start) == again.count(end) == 1
+    alpha = again.split("eagle3_raw:config:alpha:start")[1].split("eagle3_raw:config:alpha:end")[0]
+    assert "## Config `beta`" not in alpha
+    assert "a prompt that quotes" in again and "Beta, second edition." in again and "Beta.\n" not in again
+
+
 def test_section_shows_how_it_was_made_counts_and_how_to_use_it() -> None:
     text = card.render_section(_section())
     assert "## Config `alpha`" in text and "Haiku answers." in text
