@@ -306,10 +306,9 @@ class ReferenceServer:
             if since_yield >= _YIELD_EVERY:
                 since_yield = 0
                 await asyncio.sleep(0)
-        if ctx.fault == "abort" and not self._abort_one(jobs):
-            ctx.fault = None
-        if ctx.fault is not None:
-            self.counters.faults[ctx.fault] = self.counters.faults.get(ctx.fault, 0) + 1
+        if ctx.fault == "abort":
+            ctx.fault = "abort" if self._abort_one(jobs) else None
+            self._count_fault(ctx.fault)
 
     def _plan_one(self, job: Job) -> None:
         refusal = self.limits.refusal(len(job.input_ids))
@@ -482,10 +481,6 @@ class ReferenceServer:
             )
         objects = [self._object(job, req, ctx.received, True) for job in jobs]
         payload = orjson.dumps(objects[0] if req.is_single else objects)
-        if ctx.fault == "reset":
-            return await self._reset(
-                ctx, _new_response(_JSON, len(payload)), payload, self._records(ctx, req, jobs)
-            )
         return await self._send(ctx, 200, payload, _JSON, self._records(ctx, req, jobs))
 
     async def _stream(self, ctx: _Context, req: p.Normalized, jobs: list[Job]) -> web.StreamResponse:
@@ -564,9 +559,13 @@ class ReferenceServer:
         error = p.value_error_body(str(exc))
         return await self._send(ctx, 400, orjson.dumps(error), _JSON, record(400, error))
 
+    def _count_fault(self, fault: str | None) -> None:
+        if fault is not None:
+            self.counters.faults[fault] = self.counters.faults.get(fault, 0) + 1
+
     async def _early_fault(self, ctx: _Context) -> web.StreamResponse:
         fault = ctx.fault or ""
-        self.counters.faults[fault] = self.counters.faults.get(fault, 0) + 1
+        self._count_fault(fault)
         if fault == "http500":
             return await self._send(ctx, 500, b"Internal Server Error", _TEXT, [_fault_record(ctx, 500)])
         if fault == "http503":
@@ -581,8 +580,10 @@ class ReferenceServer:
     async def _send(
         self, ctx: _Context, status: int, payload: bytes, content_type: str, records: list[Record]
     ) -> web.StreamResponse:
-        """Send a whole response now. The ledger line is written before the body goes out, so a
-        client holding the response always finds its line."""
+        """Send a whole response now (or, with the ``reset`` fault, part of it). The ledger line is
+        written before the body goes out, so a client holding the response always finds its line."""
+        if ctx.fault == "reset":
+            return await self._reset(ctx, _new_response(content_type, len(payload), status), payload, records)
         response = web.Response(status=status, body=payload, content_type=content_type)
         try:
             await response.prepare(ctx.request)
@@ -597,6 +598,8 @@ class ReferenceServer:
         self, ctx: _Context, response: web.StreamResponse, payload: bytes, records: list[Record]
     ) -> web.StreamResponse:
         """Send the headers and part of ``payload``, then abort the connection."""
+        if ctx.fault == "reset":
+            self._count_fault("reset")
         await response.prepare(ctx.request)
         cut = self.faults.cut(len(payload)) if self.faults else 0
         await response.write(payload[:cut])
@@ -834,8 +837,10 @@ async def _flushed(request: web.Request) -> None:
         await asyncio.sleep(0.001)
 
 
-def _new_response(content_type: str, content_length: int | None = None) -> web.StreamResponse:
-    response = web.StreamResponse(status=200)
+def _new_response(
+    content_type: str, content_length: int | None = None, status: int = 200
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=status)
     response.content_type = content_type
     if content_length is not None:
         response.content_length = content_length
