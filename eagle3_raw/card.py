@@ -439,7 +439,8 @@ def lengths_svg(panels: Sequence[tuple[str, Sequence[int] | Any]], *, width: int
 
 
 def _panel(title: str, values: Sequence[int] | Any, *, top: int, width: int) -> str:
-    counts, low, high = histogram(values)
+    counts, _, _ = histogram(values)
+    stats = length_stats(values)
     left, plot_w, plot_h, base = 48, width - 64, 110, top + 140
     peak = max(counts, default=0) or 1
     bar_w = plot_w / max(1, len(counts))
@@ -454,6 +455,6 @@ def _panel(title: str, values: Sequence[int] | Any, *, top: int, width: int) -> 
         f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#333"/>{bars}'
         f'<text x="{left - 4}" y="{base - plot_h + 4}" text-anchor="end">{peak:,}</text>'
         f'<text x="{left - 4}" y="{base + 4}" text-anchor="end">0</text>'
-        f'<text x="{left}" y="{base + 16}">{low:,}</text>'
-        f'<text x="{left + plot_w}" y="{base + 16}" text-anchor="end">{high - 1:,} tokens</text>'
+        f'<text x="{left}" y="{base + 16}">min {stats["min"]:,}</text>'
+        f'<text x="{left + plot_w}" y="{base + 16}" text-anchor="end">max {stats["max"]:,} tokens</text>'
     )  # fmt: skip

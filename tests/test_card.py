@@ -265,5 +265,6 @@ def test_lengths_svg_is_well_formed_xml() -> None:
     assert root.tag.endswith("svg") and root.get("height") == "340"
     texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert "generated <tokens>" in texts and "empty" in texts
+    assert "min 1" in texts and "max 3 tokens" in texts
     bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#4c78a8"]
     assert len(bars) == 3
