@@ -7,6 +7,7 @@ Every build goes to the reference server; rows are checked against what the Hub 
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import subprocess
 import sys
@@ -345,13 +346,21 @@ def test_a_repo_you_cannot_write_is_a_clear_error(
     assert not any("/commit/" in r.path for r in emulator.requests)
 
 
-def test_no_token_or_server_key_reaches_the_hub(
-    emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_no_token_or_server_key_reaches_the_hub_or_the_log(
+    emulator: HubServer,
+    token: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("E3RAW_TEST_KEY", SECRET)
     server = {"launch": "reference", "launch_args": ["--api-key", SECRET], "api_key_env": "E3RAW_TEST_KEY"}
-    _push(_recipe(tmp_path / "r", server=server), tmp_path, tag="v1")
+    print(_push(_recipe(tmp_path / "r", server=server), tmp_path, tag="v1").render())
     assert emulator.find_bytes(SECRET) == [] and emulator.find_bytes(token) == []
+    output = caplog.text + "".join(capsys.readouterr())
+    assert token not in output and SECRET not in output
     files = emulator.files(REPO, "v1")
     manifest = orjson.loads(files["recipes/haiku.manifest.json"])
     assert "api_key" not in manifest["server"]["server_info"]
