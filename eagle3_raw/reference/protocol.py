@@ -79,7 +79,7 @@ def validation_error(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> G
 
 # --- gate 1: FastAPI/pydantic parsing of GenerateReqInput ------------------------------------
 
-_DICT = "Input should be a valid dictionary"
+_DICT, _INT = "Input should be a valid dictionary", "Input should be a valid integer"
 _BOOL_WORDS = frozenset({"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"})
 
 
@@ -118,8 +118,9 @@ _FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "logprob_start_len": (_one_or_many(_lax_int), "int_parsing", "Input should be a valid integer"),
     "top_logprobs_num": (_one_or_many(_lax_int), "int_parsing", "Input should be a valid integer"),
     "token_ids_logprob": (lambda v: v is None or _int_rows(v), "list_type", "Input should be a valid list"),
-    "priority": (lambda v: v is None or _lax_int(v), "int_parsing", "Input should be a valid integer"),
-    "routed_dp_rank": (lambda v: v is None or _lax_int(v), "int_parsing", "Input should be a valid integer"),
+    "priority": (lambda v: v is None or _lax_int(v), "int_parsing", _INT),
+    "routed_dp_rank": (lambda v: v is None or _lax_int(v), "int_parsing", _INT),
+    "data_parallel_rank": (lambda v: v is None or _lax_int(v), "int_parsing", _INT),
     "session_params": (lambda v: v is None or isinstance(v, dict), "dict_type", _DICT),
 }  # fmt: skip
 
@@ -457,6 +458,8 @@ def normalize(body: Mapping[str, Any]) -> Normalized:
     where it crashes (e.g. a ``sampling_params`` list shorter than the batch).
     """
     prompts, is_single = _prompts(body)
+    if body.get("session_id") is not None and body.get("session_params") is not None:
+        raise RequestError("session_id and session_params cannot both be set.")
     n = _parallel_sample_num(body.get("sampling_params"))
     stream, with_prompt_ids = lax_true(body.get("stream")), lax_true(body.get("return_prompt_token_ids"))
     if is_single and n <= 1:
@@ -470,6 +473,35 @@ def normalize(body: Mapping[str, Any]) -> Normalized:
     _check_batch_options(body, len(prompts), n)
     _check_unique(rids)
     return Normalized(_batch_items(body, prompts, rids, n), False, stream, tuple(rids), with_prompt_ids, n)
+
+
+def check_request(body: Mapping[str, Any]) -> None:
+    """The tokenizer manager's request-wide checks after normalization, in its order."""
+    priority = body.get("priority")
+    if priority is not None and not -(1 << 63) <= int(priority) < (1 << 63):
+        raise RequestError(
+            "priority must be a signed 64-bit integer between -9223372036854775808 and 9223372036854775807"
+        )
+    if body.get("max_thinking_tokens") is not None:
+        raise RequestError(
+            "max_thinking_tokens requires the server to be launched with --enable-strict-thinking"
+        )
+    rank = body.get("routed_dp_rank", body.get("data_parallel_rank"))
+    if rank is not None and int(rank) != 0:
+        raise RequestError(f"routed_dp_rank={rank} out of range [0, 1)")
+
+
+def check_lora(body: Mapping[str, Any]) -> None:
+    """Refuse LoRA adapters (the reference has none), worded as SGLang without ``--enable-lora``."""
+    lora = body.get("lora_path")
+    first = lora if isinstance(lora, str) else next((a for a in lora or () if a), None)
+    if first:
+        raise RequestError(
+            f"LoRA adapter '{first}' was requested, but LoRA is not enabled. Please launch the server with "
+            "--enable-lora flag and preload adapters using --lora-paths or /load_lora_adapter endpoint."
+        )
+    if body.get("session_params"):
+        raise RequestError("session_params is not supported by the reference server.")
 
 
 def lax_true(value: Any) -> bool:

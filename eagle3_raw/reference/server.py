@@ -240,6 +240,7 @@ class ReferenceServer:
         try:
             ctx.body = _parse(await request.read())
             req = p.normalize(ctx.body)
+            p.check_request(ctx.body)
         except (p.GateError, p.RequestError, p.InternalServerError) as exc:
             stream = isinstance(ctx.body, dict) and p.lax_true(ctx.body.get("stream"))
             return await self._refuse(ctx, exc, stream=stream and not isinstance(exc, p.GateError))
@@ -263,6 +264,7 @@ class ReferenceServer:
 
     async def _serve(self, ctx: _Context, req: p.Normalized) -> web.StreamResponse:
         try:
+            p.check_lora(ctx.body)
             jobs = self._prepare(req)
         except (p.RequestError, p.InternalServerError) as exc:
             return await self._refuse(ctx, exc, stream=req.stream)

@@ -114,6 +114,31 @@ def test_normalization_errors_get_a_value_error_body(
     assert value_error(sglang.generate(body)) == message
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"routed_dp_rank": 1}, "routed_dp_rank=1 out of range [0, 1)"),
+        ({"data_parallel_rank": 2}, "routed_dp_rank=2 out of range [0, 1)"),
+        ({"max_thinking_tokens": 5}, "max_thinking_tokens requires the server to be launched with"),
+        ({"lora_path": "my-adapter"}, "LoRA adapter 'my-adapter' was requested, but LoRA is not enabled."),
+        (
+            {"session_id": "s", "session_params": {"id": "s"}},
+            "session_id and session_params cannot both be set.",
+        ),
+    ],
+)
+def test_request_options_the_server_is_not_set_up_for_are_refused(
+    sglang: Conformance, extra: dict[str, Any], message: str
+) -> None:
+    assert value_error(sglang.generate({"input_ids": PROMPT, **extra})).startswith(message)
+    assert (
+        sglang.generate(
+            {"input_ids": PROMPT, "routed_dp_rank": 0, "sampling_params": {"max_new_tokens": 1}}
+        ).status
+        == 200
+    )
+
+
 def test_uncaught_errors_are_a_plain_500(sglang: Conformance) -> None:
     reply = sglang.generate({"input_ids": PROMPT, "sampling_params": {"choice": ["a", "b"]}})
     assert (reply.status, reply.content_type, reply.body) == (500, "text/plain", b"Internal Server Error")
