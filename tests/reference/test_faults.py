@@ -11,6 +11,8 @@ import pytest
 
 from eagle3_raw.reference.faults import FaultSpec
 from eagle3_raw.reference.launch import ReferenceProcess
+from tests.reference.conformance import check_object
+from tests.reference.contract import load_contract
 from tests.reference.test_conformance import PROMPT
 from tests.reference.wire import Outcome, get, post_many, request
 
@@ -29,14 +31,14 @@ def kind(outcome: Outcome) -> str:
         assert outcome.body == b"Internal Server Error"
         return "http500"
     if outcome.status == 503:
-        assert outcome.json()["code"] == 503
+        assert load_contract().ErrorBody.from_json_value(outcome.json()).code == 503
         return "http503"
     assert outcome.status == 200, outcome
     results = outcome.json()
-    finishes = [
-        r["meta_info"]["finish_reason"]["type"] for r in (results if isinstance(results, list) else [results])
-    ]
-    return "abort" if "abort" in finishes else "none"
+    results = results if isinstance(results, list) else [results]
+    for result in results:
+        check_object(load_contract(), result)
+    return "abort" if any(r["meta_info"]["finish_reason"]["type"] == "abort" for r in results) else "none"
 
 
 def spec(rates: dict[str, float]) -> str:

@@ -9,6 +9,8 @@ from typing import Any
 
 from eagle3_raw.reference.launch import ReferenceProcess
 from eagle3_raw.reference.ledger import Ledger, read_ledger
+from tests.reference.conformance import check_object
+from tests.reference.contract import load_contract
 from tests.reference.test_conformance import PROMPT, chat
 from tests.reference.wire import Outcome, post_many, request, wait_until
 
@@ -16,12 +18,14 @@ Launch = Callable[..., ReferenceProcess]
 
 
 def received(outcomes: list[Outcome]) -> list[dict[str, Any]]:
-    """Every generation a client received intact (HTTP 200, body complete)."""
+    """Every generation a client received intact (HTTP 200, body complete), checked by the contract."""
     objects: list[dict[str, Any]] = []
     for outcome in outcomes:
         if outcome.status == 200 and outcome.error is None:
             value = outcome.json()
             objects.extend(value if isinstance(value, list) else [value])
+    for obj in objects:
+        check_object(load_contract(), obj)
     return objects
 
 
