@@ -461,7 +461,7 @@ def normalize(body: Mapping[str, Any]) -> Normalized:
     if body.get("session_id") is not None and body.get("session_params") is not None:
         raise RequestError("session_id and session_params cannot both be set.")
     n = _parallel_sample_num(body.get("sampling_params"))
-    stream, with_prompt_ids = lax_true(body.get("stream")), lax_true(body.get("return_prompt_token_ids"))
+    stream, with_prompt_ids = bool(body.get("stream")), bool(body.get("return_prompt_token_ids"))
     if is_single and n <= 1:
         item = _item(body, prompts[0], body.get("rid"), body.get("sampling_params") or {}, None)
         if isinstance(item.rid, list) or isinstance(item.sampling, list):
@@ -502,11 +502,6 @@ def check_lora(body: Mapping[str, Any]) -> None:
         )
     if body.get("session_params"):
         raise RequestError("session_params is not supported by the reference server.")
-
-
-def lax_true(value: Any) -> bool:
-    """A pydantic-lax boolean (the gate admitted ``"yes"``, ``1``, ...) as a bool."""
-    return value.lower() in ("1", "on", "t", "true", "y", "yes") if isinstance(value, str) else bool(value)
 
 
 def _prompts(body: Mapping[str, Any]) -> tuple[list[Any], bool]:
@@ -670,7 +665,7 @@ def check_item(spec: ItemSpec, prompt_len: int, context_len: int, vocab_size: in
         raise RequestError(_HIDDEN_STATES)
     if spec.custom_logit_processor:
         raise RequestError(_CUSTOM_LOGIT_PROCESSOR)
-    if lax_true(spec.return_logprob):
+    if spec.return_logprob:
         raise RequestError(
             "return_logprob is not supported by the reference server (it computes no logprobs)."
         )

@@ -242,7 +242,7 @@ class ReferenceServer:
             req = p.normalize(ctx.body)
             p.check_request(ctx.body)
         except (p.GateError, p.RequestError, p.InternalServerError) as exc:
-            stream = isinstance(ctx.body, dict) and p.lax_true(ctx.body.get("stream"))
+            stream = isinstance(ctx.body, dict) and bool(ctx.body.get("stream"))  # the body passed both gates
             return await self._refuse(ctx, exc, stream=stream and not isinstance(exc, p.GateError))
         try:
             self._register(req.rids)
