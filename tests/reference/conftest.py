@@ -45,3 +45,4 @@ def launch() -> Iterator[Callable[..., ReferenceProcess]]:
     yield start
     for process in started:
         process.stop()
+        process.log_path.unlink(missing_ok=True)
