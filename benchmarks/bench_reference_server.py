@@ -90,7 +90,7 @@ async def drive(
     url: str, scenario: Scenario, payloads: list[bytes], concurrency: int, seconds: float
 ) -> dict[str, float]:
     """Keep ``concurrency`` requests in flight for ``seconds``; count what comes back."""
-    counts = {"requests": 0, "generations": 0, "tokens": 0, "errors": 0}
+    counts: dict[str, float] = {"requests": 0, "generations": 0, "tokens": 0, "errors": 0}
     deadline = time.monotonic() + seconds
     connector = aiohttp.TCPConnector(limit=concurrency)
     headers = {"Content-Type": "application/json"}
@@ -113,7 +113,7 @@ async def drive(
         started = time.monotonic()
         await asyncio.gather(*(worker(k) for k in range(concurrency)))
         counts["wall"] = time.monotonic() - started
-    return {key: float(value) for key, value in counts.items()}
+    return counts
 
 
 def cpu_seconds(pid: int) -> float:
