@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from eagle3_raw.errors import PromptFormatError, SourceError
+from eagle3_raw.recipe import PROMPT_SUFFIXES, prompt_source_files
 
 if TYPE_CHECKING:
     import datasets
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
 
     from eagle3_raw.recipe import PromptsConfig, Recipe
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+DATA_SUFFIXES = PROMPT_SUFFIXES
 """File extensions a local source may have."""
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -461,18 +462,12 @@ def open_source(recipe: Recipe) -> _Table:
 
 
 def _data_files(path: Path) -> list[Path]:
-    if path.is_file():
-        if not path.name.endswith(DATA_SUFFIXES):
-            raise SourceError(f"prompt source {path}: unknown file type; expected {', '.join(DATA_SUFFIXES)}")
-        return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and _is_data_file(p))
+    if path.is_file() and not path.name.endswith(DATA_SUFFIXES):
+        raise SourceError(f"prompt source {path}: unknown file type; expected {', '.join(DATA_SUFFIXES)}")
+    files = prompt_source_files(path)
     if not files:
         raise SourceError(f"prompt source {path}: folder holds no {', '.join(DATA_SUFFIXES)} files")
     return files
-
-
-def _is_data_file(path: Path) -> bool:
-    return not path.name.startswith(".") and path.name.endswith(DATA_SUFFIXES)
 
 
 def _open_file(path: Path, name: str) -> _Table:

@@ -187,7 +187,9 @@ def load_recipe(
         path = find_recipe_file(source)
         raw, base_dir = read_yaml(path), path.parent
         raw.setdefault("name", path.stem)
-    return parse_recipe(apply_overrides(raw, overrides or {}), base_dir=base_dir)
+    recipe = parse_recipe(apply_overrides(raw, overrides or {}), base_dir=base_dir)
+    recipe.fingerprint  # noqa: B018  (computed now, from the files as they are at load time)
+    return recipe
 
 
 def find_recipe_file(source: str | Path) -> Path:
@@ -542,7 +544,7 @@ def _prompts_identity(recipe: Recipe) -> dict[str, Any]:
     p = recipe.prompts
     local = recipe.resolve_path(p.source)
     source: dict[str, Any] = (
-        {"content": digest_path(local)}
+        {"content": digest_files(local if local.is_dir() else local.parent, prompt_source_files(local))}
         if local.exists()
         else {"hub": p.source, "subset": p.subset, "split": p.split, "revision": p.revision}
     )
@@ -579,20 +581,39 @@ def tokenizer_path(recipe: Recipe) -> Path | None:
     return local if local.is_dir() else None
 
 
+PROMPT_SUFFIXES = (".jsonl", ".json", ".parquet")
+"""File types a local prompt source is read from."""
+
+
+def prompt_source_files(path: Path) -> list[Path]:
+    """The files a local prompt source is read from: the file itself, or the folder's top-level
+    data files (``PROMPT_SUFFIXES``, not hidden) in name order."""
+    if path.is_file():
+        return [path]
+    return sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name.endswith(PROMPT_SUFFIXES)
+    )
+
+
 def digest_path(path: Path) -> str:
     """sha256 over a file's bytes, or over a folder's files (relative names and bytes, sorted).
 
     In a folder, only text-like files count (JSON, Jinja, vocabularies, data files), so a model
-    folder's multi-GB weights are never read.
+    folder's multi-GB weights are never read; hidden files and folders inside it are skipped.
     """
     if not path.exists():
         raise RecipeError("path", str(path), "expected an existing file or folder")
     if path.is_file():
-        files = [(path.name, path)]
-    else:
-        files = sorted((p.relative_to(path).as_posix(), p) for p in path.rglob("*") if _digestible(p))
+        return digest_files(path.parent, [path])
+    return digest_files(path, [p for p in path.rglob("*") if _digestible(p, path)])
+
+
+def digest_files(root: Path, files: list[Path]) -> str:
+    """sha256 over ``files``' names (relative to ``root``) and bytes, in name order."""
     digest = hashlib.sha256()
-    for name, file in files:
+    for name, file in sorted((f.relative_to(root).as_posix(), f) for f in files):
         digest.update(name.encode() + b"\0")
         with file.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
@@ -603,6 +624,7 @@ def digest_path(path: Path) -> str:
 _WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"})
 
 
-def _digestible(path: Path) -> bool:
-    hidden = any(part.startswith(".") or part == "__pycache__" for part in path.parts)
+def _digestible(path: Path, root: Path) -> bool:
+    parts = path.relative_to(root).parts
+    hidden = any(part.startswith(".") or part == "__pycache__" for part in parts)
     return path.is_file() and not hidden and path.suffix not in _WEIGHT_SUFFIXES

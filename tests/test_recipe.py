@@ -164,3 +164,25 @@ def test_request_params_send_resolved_defaults(recipe_dir: Path) -> None:
     params = _load(recipe_dir).sampling.request_params()
     assert params["max_new_tokens"] == 64 and params["temperature"] == 0.7
     assert params["top_p"] == 1.0 and params["top_k"] == 1073741824
+
+
+def test_fingerprint_of_folders_under_hidden_directories(tmp_path: Path) -> None:
+    fingerprints = []
+    for name, text in [("a", '{"prompt": "one"}\n'), ("b", '{"prompt": "two"}\n')]:
+        folder = tmp_path / ".cache" / name
+        folder.mkdir(parents=True)
+        (folder / "p.jsonl").write_text(text)
+        fingerprints.append(load_recipe(_raw(prompts={"source": str(folder)})).fingerprint)
+    assert fingerprints[0] != fingerprints[1]
+
+
+def test_fingerprint_counts_only_the_files_a_prompt_folder_is_read_from(tmp_path: Path) -> None:
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    (folder / "p.jsonl").write_text('{"prompt": "one"}\n')
+    before = load_recipe(_raw(prompts={"source": str(folder)})).fingerprint
+    (folder / "README.md").write_text("notes")
+    (folder / ".p.jsonl.swp").write_text("editor junk")
+    assert load_recipe(_raw(prompts={"source": str(folder)})).fingerprint == before
+    (folder / "q.parquet").write_bytes(b"PAR1")
+    assert load_recipe(_raw(prompts={"source": str(folder)})).fingerprint != before
