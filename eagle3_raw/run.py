@@ -41,6 +41,7 @@ from eagle3_raw.errors import (
 )
 from eagle3_raw.plan import Job, Limits, Shard, Skip, plan_jobs
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
+from eagle3_raw.redact import scrub
 from eagle3_raw.rows import Row
 from eagle3_raw.shards import mark_complete
 
@@ -118,7 +119,9 @@ def launched_endpoints(recipe: Recipe) -> Iterator[tuple[str, ...]]:
         return
     from eagle3_raw.reference.launch import launch_reference
 
-    with launch_reference(args=recipe.server.launch_args) as server:
+    key = _api_key(recipe)
+    args = [*recipe.server.launch_args, *(["--api-key", key] if key else [])]
+    with launch_reference(args=args) as server:
         yield (*recipe.server.endpoints, server.url)
 
 
@@ -214,7 +217,7 @@ class _Run:
         journal = Journal.open(
             self.journal_dir,
             fingerprint=self.recipe.fingerprint,
-            recipe=self.recipe.to_dict(),
+            recipe=scrub(self.recipe.to_dict()),
             shard=self.options.shard.name,
         )
         try:

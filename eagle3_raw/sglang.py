@@ -29,6 +29,7 @@ from eagle3_raw.errors import (
     ServerBusy,
     ServerUnreachable,
 )
+from eagle3_raw.redact import scrub
 
 SERVER_INFO_KEYS = (
     "version", "model_path", "tokenizer_path", "served_model_name", "context_length", "dtype",
@@ -277,8 +278,8 @@ async def server_identity(session: aiohttp.ClientSession, url: str, timeout: flo
         context_length=max_model_len or _int_or_none(server_info.get("context_length")),
         max_req_input_len=_scheduler_value(server_info, "max_req_input_len"),
         max_running_requests=_scheduler_value(server_info, "max_running_requests"),
-        model_info=dict(model_info),
-        server_info={k: server_info[k] for k in SERVER_INFO_KEYS if k in server_info},
+        model_info=scrub(dict(model_info)),
+        server_info=scrub({k: server_info[k] for k in SERVER_INFO_KEYS if k in server_info}),
     )
 
 

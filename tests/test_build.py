@@ -219,3 +219,25 @@ def test_on_truncation_drop(chats: Path) -> None:
             _load(recipe, chats, **{"sampling.max_new_tokens": 2})
     assert "length" not in rows["finish_reason"] and len(rows) > 0
     assert "length" in kept["finish_reason"] and len(kept) > len(rows)
+
+
+def test_api_key_comes_from_the_environment_and_is_never_written(
+    chats: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-test-0123456789abcdef"
+    recipe = write_recipe(chats, endpoints=[], server={"launch": "reference", "api_key_env": "E3R_TEST_KEY"})
+    with pytest.raises(RecipeError, match="E3R_TEST_KEY"):
+        _load(recipe, chats)
+    monkeypatch.setenv("E3R_TEST_KEY", secret)
+    rows = _load(recipe, chats)
+    assert len(rows) == len(CHATS)
+    written = [p for p in chats.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if secret.encode() in p.read_bytes()]
+
+
+def test_a_server_with_an_api_key_refuses_a_recipe_without_one(chats: Path) -> None:
+    with reference_server(chats, "--api-key", "right-key") as (server, ledger):
+        recipe = write_recipe(chats, endpoints=[server.url])
+        with pytest.raises(FatalError, match=r"401.*api_key_env"):
+            _load(recipe, chats)
+    assert generations(ledger) == []

@@ -22,7 +22,7 @@ import yaml
 from huggingface_hub import DatasetCard, HfApi
 
 from eagle3_raw import card as card_module
-from eagle3_raw import hub, hub_cli
+from eagle3_raw import hub, hub_cli, redact
 from eagle3_raw.errors import HubError
 from eagle3_raw.recipe import SGLANG_SAMPLING_DEFAULTS, load_recipe
 from eagle3_raw.resources import builder_scripts_dir
@@ -432,8 +432,8 @@ def test_secret_names_are_whole_words() -> None:
         "monkey",
         "kv_cache",
     ]
-    assert all(map(hub.is_secret_name, secret))
-    assert not any(map(hub.is_secret_name, public))
+    assert all(map(redact.is_secret_name, secret))
+    assert not any(map(redact.is_secret_name, public))
 
 
 def test_scrub_drops_secret_keys_and_redacts_command_lines() -> None:
@@ -444,18 +444,18 @@ def test_scrub_drops_secret_keys_and_redacts_command_lines() -> None:
                           "--header 'Authorization: Bearer s6'",
         "nested": [{"hf_token": "s7", "ok": ["--api-key", "s8", "--port", "1"]}],
     }  # fmt: skip
-    clean = hub.scrub(info)
+    clean = redact.scrub(info)
     text = orjson.dumps(clean).decode()
     assert not any(f"s{i}" in text.replace("sglang", "") for i in range(1, 9)), text
     assert set(clean) == {"tokenizer_path", "max_total_num_tokens", "launch_command", "nested"}
     assert "--tokenizer-path /t" in clean["launch_command"] and "--model /m" in clean["launch_command"]
     assert clean["nested"] == [{"ok": ["--api-key", "<redacted>", "--port", "1"]}]
-    assert hub.scrub_text("log in with hf_abcdefghijklmnopqrstu") == "log in with <redacted>"
+    assert redact.scrub_text("log in with hf_abcdefghijklmnopqrstu") == "log in with <redacted>"
 
 
 def test_public_url_drops_credentials() -> None:
-    assert hub.public_url("http://user:pw@gpu-1:30000/v1?key=x#y") == "http://gpu-1:30000/v1"
-    assert hub.public_url("http://[::1]:8000") == "http://[::1]:8000"
+    assert redact.public_url("http://user:pw@gpu-1:30000/v1?key=x#y") == "http://gpu-1:30000/v1"
+    assert redact.public_url("http://[::1]:8000") == "http://[::1]:8000"
 
 
 def test_published_recipe_ships_a_prompt_folder_and_template_and_keeps_the_fingerprint(

@@ -1,0 +1,88 @@
+"""Keeping secrets out of what eagle3_raw writes: journals, manifests, recipes, cards, logs.
+
+Names that look like secrets (``api_key``, ``--api-key``, ``HF_TOKEN``) are dropped from mappings;
+their values are redacted in command lines and free text, as are URL credentials, bearer tokens
+and ``hf_...`` tokens.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+REDACTED = "<redacted>"
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials",
+     "auth", "authorization", "cookie"}
+)  # fmt: skip
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names like ``api_key``, ``--admin-api-key``, ``HF_TOKEN``, ``ssl_keyfile_password``.
+
+    Whole words only: ``tokenizer_path`` and ``max_total_num_tokens`` are not secrets.
+    """
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    return any(word in _SECRET_WORDS for word in words)
+
+
+def scrub(value: Any) -> Any:
+    """``value`` without secrets: mapping keys named like secrets dropped; in strings and argument
+    lists, values of secret flags (``--api-key X``, ``--api-key=X``), secret assignments
+    (``HF_TOKEN=X``), URL credentials, bearer tokens and ``hf_...`` tokens redacted."""
+    if isinstance(value, Mapping):
+        return {k: scrub(v) for k, v in value.items() if not is_secret_name(str(k))}
+    if isinstance(value, list | tuple):
+        if all(isinstance(v, str) for v in value):
+            return scrub_args(value)
+        return [scrub(v) for v in value]
+    return scrub_text(value) if isinstance(value, str) else value
+
+
+def scrub_args(args: Sequence[str]) -> list[str]:
+    """A command line as a list, with the value of every secret flag redacted."""
+    result: list[str] = []
+    for i, arg in enumerate(args):
+        previous = args[i - 1] if i else ""
+        if previous.startswith("-") and "=" not in previous and is_secret_name(previous) and arg[:1] != "-":
+            result.append(REDACTED)
+        else:
+            result.append(scrub_text(arg))
+    return result
+
+
+_FLAG = re.compile(
+    r"""(?P<name>--?[A-Za-z][\w-]*)(?P<sep>=|\s+)(?P<value>"[^"]*"|'[^']*'|[^\s"'-][^\s"']*)"""
+)
+_ASSIGNMENT = re.compile(r"\b(?P<name>[A-Za-z_]\w*)=(?P<value>[^\s\"']+)")
+_TEXT_SECRETS = (
+    (re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)[^/\s@]+@"), rf"\g<scheme>{REDACTED}@"),
+    (re.compile(r"(?i)\b(?P<scheme>bearer)\s+[\w.~+/=-]+"), rf"\g<scheme> {REDACTED}"),
+    (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), REDACTED),
+)
+
+
+def scrub_text(text: str) -> str:
+    """``text`` (e.g. a launch command) with secret flag values and credentials redacted."""
+    text = _FLAG.sub(lambda m: _redact_match(m, separator=m["sep"]), text)
+    text = _ASSIGNMENT.sub(lambda m: _redact_match(m, separator="="), text)
+    for pattern, replacement in _TEXT_SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _redact_match(match: re.Match[str], *, separator: str) -> str:
+    if not is_secret_name(match["name"]):
+        return match[0]
+    return f"{match['name']}{separator}{REDACTED}"
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info, query and fragment (where credentials hide)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{parts.port}" if parts.port else ""
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
