@@ -24,6 +24,8 @@ from eagle3_raw.registry import register
 if TYPE_CHECKING:
     import datasets
 
+    from eagle3_raw.hub import Comparison, PushResult
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -38,7 +40,9 @@ __all__ = [
     "__version__",
     "load",
     "load_recipe",
+    "push",
     "register",
+    "reproduce",
 ]
 
 
@@ -62,6 +66,20 @@ def load(
         )
     assert isinstance(dataset, datasets.Dataset)
     return dataset
+
+
+def push(recipe: Any, repo_id: str, **options: Any) -> PushResult:
+    """Build (or reuse) ``recipe``'s set and publish it to ``repo_id``; see :func:`eagle3_raw.hub.push`."""
+    from eagle3_raw import hub
+
+    return hub.push(recipe, repo_id, **options)
+
+
+def reproduce(ref: str, **options: Any) -> Comparison:
+    """Rebuild a published set and compare it with the Hub's rows; see :func:`eagle3_raw.hub.reproduce`."""
+    from eagle3_raw import hub
+
+    return hub.reproduce(ref, **options)
 
 
 register()
