@@ -59,8 +59,19 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_queued_requests=args.max_queued_requests, disable_radix_cache=args.disable_radix_cache,
         stream_interval=args.stream_interval,
         faults=FaultSpec.parse(args.faults, args.fault_seed) if args.faults else None,
-        slots=args.slots, timing=timing, ledger=args.ledger, launch_command=shlex.join(sys.argv),
+        slots=args.slots, timing=timing, ledger=args.ledger, launch_command=_redacted(sys.argv),
     )  # fmt: skip
+
+
+def _redacted(argv: Sequence[str]) -> str:
+    """The command line as ``/server_info`` reports it, with the API key masked."""
+    words = list(argv)
+    for i, word in enumerate(words):
+        if word == "--api-key" and i + 1 < len(words):
+            words[i + 1] = "***"
+        elif word.startswith("--api-key="):
+            words[i] = "--api-key=***"
+    return shlex.join(words)
 
 
 def serve(args: argparse.Namespace) -> int:
