@@ -85,12 +85,14 @@ class ProgressDisplay:
 
 def status_line(stats: RunStats, endpoints: Sequence[Endpoint]) -> str:
     """Generated tokens/s, in flight, endpoint health, retries and failures, on one line."""
-    healthy = sum(e.healthy for e in endpoints)
+    down = [e.url for e in endpoints if not e.healthy]
     in_flight = sum(e.in_flight for e in endpoints)
+    health = f"{len(endpoints) - len(down)}/{len(endpoints)} endpoints up" + (
+        f" (down: {', '.join(down)})" if down else ""
+    )
     return (
-        f"{stats.tokens_per_second:,.0f} tok/s, {in_flight} in flight, "
-        f"{healthy}/{len(endpoints)} endpoints up, {stats.retries} retries, "
-        f"{stats.failed} failed, {stats.skipped} skipped"
+        f"{stats.tokens_per_second:,.0f} tok/s, {in_flight} in flight, {health}, "
+        f"{stats.retries} retries, {stats.failed} failed, {stats.skipped} skipped"
     )
 
 

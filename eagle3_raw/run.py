@@ -248,8 +248,9 @@ class _Run:
         self.pool = self._make_pool(identities, down)
         self.limits = _limits(identities)
         self.vocab_size = self.renderer.vocab_size
-        exclude = self._excluded()
-        self.stats.replayed = len(self.journal.done())
+        done = self.journal.done()
+        self.stats.replayed = len(done)
+        exclude = done | {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
         feed = _JobFeed(self._stop, maxsize=max(4, 2 * self.pool.capacity // _CHUNK))
         self.display.start(f"{self.recipe.name}")
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.pool.capacity)]
@@ -301,10 +302,6 @@ class _Run:
     async def _health(self, url: str) -> bool:
         return await sglang.health(self.session, url, self.recipe.server.connect_timeout)
 
-    def _excluded(self) -> set[Any]:
-        failed = {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
-        return set(self.journal.done()) | failed
-
     def _produce(self, feed: _JobFeed, loop: asyncio.AbstractEventLoop, exclude: set[Any]) -> None:
         """Producer thread: plan jobs in canonical order and hand them to the loop in chunks."""
         from eagle3_raw.prompts import iter_conversations
@@ -321,9 +318,9 @@ class _Run:
                 if not feed.put_threadsafe(chunk, loop):
                     return
                 chunk = []
+        self.stats.planned = planned
         feed.put_threadsafe(chunk, loop)
         feed.put_threadsafe(None, loop)
-        self.stats.planned = planned
 
     async def _worker(self, feed: _JobFeed) -> None:
         while (item := await feed.next()) is not None:
