@@ -11,6 +11,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +21,9 @@ import datasets
 import pytest
 
 import eagle3_raw
-from eagle3_raw.errors import ServerMismatch
+from eagle3_raw.errors import ServerMismatch, ServerUnreachable
 from eagle3_raw.journal import Journal
-from eagle3_raw.recipe import load_recipe
+from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.run import RunOptions, journal_dir_for, run
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 
@@ -65,7 +66,7 @@ def _assert_same_rows(built: datasets.Dataset, clean: datasets.Dataset) -> None:
     assert built["loss_mask"] == clean["loss_mask"]
 
 
-def _journaled_ids(recipe: Path, work: Path) -> set[str]:
+def _journaled_ids(recipe: Path | Recipe, work: Path) -> set[str]:
     directory = journal_dir_for(load_recipe(recipe), work / "journals")
     if not (directory / "manifest.json").exists():
         return set()
@@ -254,3 +255,34 @@ def _assert_failures_retried(recipe: Any, work: Path) -> None:
         result = run(again, options)
     assert result.summary.rows == 2 and not result.summary.failed
     assert {rid_row_id(g["rid"]) for g in generations(ledger)} == {"ok:1:0", "bad:1:0"}
+
+
+def test_with_every_endpoint_down_the_run_waits_for_one_then_gives_up_clearly(tmp_path: Path) -> None:
+    _prompts(tmp_path, 24)
+    with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "0.5") as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], server={"wait_for_server": 20})
+        build = subprocess.Popen(
+            _build_command(recipe, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        _wait_for(lambda: len(generations(ledger)) >= 5)
+        server.kill()
+        time.sleep(1.5)
+        server.restart()  # back within the deadline: the run goes on
+        _, stderr = build.communicate(timeout=120)
+        assert build.returncode == 0, stderr.decode()[-2000:]
+        assert b"every endpoint is down; waiting up to 20 s" in stderr
+        # a new recipe (other seed), its only server killed for good mid-run: a clear error after 2 s
+        short = load_recipe(recipe, {"server.wait_for_server": 2, "sampling.seed": 9})
+        asked = len(generations(ledger))
+        killer = threading.Thread(target=_kill_after, args=(server, ledger, asked + 5))
+        killer.start()
+        with pytest.raises(ServerUnreachable, match=r"no endpoint answered for 2 s"):
+            run(short, RunOptions(journal_dir=tmp_path / "journals", progress="none"))
+        killer.join()
+        assert _journaled_ids(short, tmp_path)  # what finished before the end is kept
+    assert len(_final(recipe, tmp_path)) == 24
+
+
+def _kill_after(server: Any, ledger: Path, count: int) -> None:
+    _wait_for(lambda: len(generations(ledger)) >= count)
+    server.kill()
