@@ -607,7 +607,14 @@ def digest_path(path: Path) -> str:
         raise RecipeError("path", str(path), "expected an existing file or folder")
     if path.is_file():
         return digest_files(path.parent, [path])
-    return digest_files(path, [p for p in path.rglob("*") if _digestible(p, path)])
+    return digest_files(path, digested_files(path))
+
+
+def digested_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` that :func:`digest_path` reads, in path order: all files below it but
+    hidden ones (or ones in hidden folders or ``__pycache__``) and model weights. A push uploads
+    exactly these, so the published recipe keeps its fingerprint."""
+    return sorted(p for p in folder.rglob("*") if _digestible(p, folder))
 
 
 def digest_files(root: Path, files: list[Path]) -> str:
