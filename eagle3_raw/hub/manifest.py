@@ -1,0 +1,114 @@
+"""``recipes/<name>.manifest.json``: what a published set is, where it came from, what it holds.
+
+Built from the set as pushed (rows, tokens, lengths), the journal (server identity, skips and
+failures, server changes) and the installed versions. Server facts pass through
+:func:`~eagle3_raw.redact.scrub`. It has no timestamp of the push, so pushing the same set twice
+uploads the same manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from eagle3_raw.hub.published import PublishedRecipe
+from eagle3_raw.hub.sets import SetScan
+from eagle3_raw.recipe import Recipe
+from eagle3_raw.redact import scrub
+
+MANIFEST_FORMAT = 1
+
+_log = logging.getLogger("eagle3_raw")
+
+
+def build_manifest(
+    recipe: Recipe, published: PublishedRecipe, scan: SetScan, journal_dir: Path
+) -> dict[str, Any]:
+    """``recipes/<name>.manifest.json``: identity, server, tokenizer, versions, counts, lengths.
+
+    Counts of rows and tokens come from the set as pushed; skips and failures (and rows dropped for
+    ``on_truncation: drop``) from the journal. Server facts are scrubbed. No timestamps of the push,
+    so pushing the same set twice changes nothing.
+    """
+    journal_manifest, stats = _journal_facts(recipe, journal_dir)
+    server = (journal_manifest or {}).get("server") or None
+    return {
+        "format": MANIFEST_FORMAT,
+        "name": recipe.name,
+        "fingerprint": recipe.fingerprint,
+        "config_id": recipe.config_id,
+        "recipe_file": published.path,
+        "prompt_source": published.prompt_source,
+        "prompt_files": sorted(p for p in published.files if "/prompts/" in p),
+        "versions": _versions(),
+        "request_params": recipe.sampling.request_params(),
+        "server": _server_facts(server),
+        "tokenizer": scrub((server or {}).get("tokenizer") or _tokenizer_identity(recipe)),
+        "counts": _counts(recipe, scan, stats),
+        "lengths": scan.length_stats(),
+        "journal": _journal_history(journal_manifest),
+    }
+
+
+def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    from eagle3_raw.errors import JournalError
+    from eagle3_raw.journal import Journal
+
+    try:
+        with Journal.read(journal_dir, fingerprint=recipe.fingerprint) as journal:
+            return dict(journal.manifest), journal.stats()
+    except JournalError as exc:
+        _log.warning(
+            "no journal for %s (%s): the card will not show the server or failures", recipe.name, exc
+        )
+        return None, None
+
+
+def _server_facts(server: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if server is None:
+        return None
+    keys = ("model_path", "served_model_name", "weight_version", "version", "server_info", "model_info")
+    facts: dict[str, Any] = scrub({key: server[key] for key in keys if key in server})
+    return facts
+
+
+def _tokenizer_identity(recipe: Recipe) -> dict[str, str]:
+    from eagle3_raw.render import Renderer
+
+    return Renderer(recipe).identity()
+
+
+def _counts(recipe: Recipe, scan: SetScan, stats: Mapping[str, Any] | None) -> dict[str, Any]:
+    failures = (stats or {}).get("failures") or {}
+    journaled_length = ((stats or {}).get("finish_reasons") or {}).get("length", 0)
+    return {
+        "rows": scan.rows,
+        "prompt_tokens": int(scan.prompt_lengths.sum()),
+        "generated_tokens": int(scan.generated_lengths.sum()),
+        "finish_reasons": dict(sorted(scan.finish_reasons.items())),
+        "dropped_truncated": journaled_length if recipe.on_truncation == "drop" else 0,
+        "skipped": scrub(dict(failures.get("skipped") or {})),
+        "failed": scrub(dict(failures.get("failed") or {})),
+    }
+
+
+def _journal_history(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
+    if manifest is None:
+        return {"available": False}
+    history = manifest.get("history") or []
+    return {"available": True, "created": manifest.get("created"), "server_changes": len(history)}
+
+
+def _versions() -> dict[str, str]:
+    import datasets
+    import huggingface_hub
+
+    from eagle3_raw import __version__
+
+    return {
+        "eagle3_raw": __version__,
+        "datasets": datasets.__version__,
+        "huggingface_hub": huggingface_hub.__version__,
+    }

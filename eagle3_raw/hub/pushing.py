@@ -1,0 +1,273 @@
+"""Pushing a recipe's set: the repo, the data, the recipe commit, the card, the tag, in that order.
+
+See :mod:`eagle3_raw.hub` for the steps. Each commit says what it carries; the card commit is made
+on top of exactly the head it read (retried when the branch moved), and a tag is never moved.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from eagle3_raw import card as cards
+from eagle3_raw.errors import HubError
+from eagle3_raw.hub.client import check_repo_id, hub_api, hub_errors, resolve_token, status
+from eagle3_raw.hub.manifest import build_manifest
+from eagle3_raw.hub.published import (
+    PublishedRecipe,
+    check_no_secrets,
+    local_tokenizer_warning,
+    publish_recipe,
+    upload_secrets,
+)
+from eagle3_raw.hub.sets import Built, SetScan, build, scan_set
+from eagle3_raw.recipe import Recipe, load_recipe
+
+if TYPE_CHECKING:
+    import datasets
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+
+_CARD_ATTEMPTS = 5
+
+_log = logging.getLogger("eagle3_raw")
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What :func:`push` published, and where."""
+
+    repo_id: str
+    config: str
+    fingerprint: str
+    branch: str
+    commit: str
+    tag: str | None
+    rows: int
+    generated: bool
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def revision(self) -> str:
+        """What to load it at: the tag, else the commit (both immutable)."""
+        return self.tag or self.commit
+
+    def render(self) -> str:
+        """A plain-text summary for the terminal."""
+        source = "generated now" if self.generated else "reused from the datasets cache (no request sent)"
+        lines = [
+            f"pushed            {self.repo_id} config {self.config} ({self.rows:,} rows, {source})",
+            f"branch            {self.branch} @ {self.commit}",
+            f"tag               {self.tag or '-'}",
+            f"load with         load_dataset({self.repo_id!r}, {self.config!r}, revision={self.revision!r})",
+            *(f"warning           {w}" for w in self.warnings),
+        ]
+        return "\n".join(lines)
+
+
+def push(
+    recipe: str | Path | Mapping[str, Any] | Recipe,
+    repo_id: str,
+    *,
+    tag: str | None = None,
+    private: bool = False,
+    revision: str | None = None,
+    token: str | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    cache_dir: Path | None = None,
+    run_options: Mapping[str, Any] | None = None,
+) -> PushResult:
+    """Build (or reuse) ``recipe``'s set and publish it as config ``recipe.name`` of ``repo_id``.
+
+    See :mod:`eagle3_raw.hub` for the steps and their order. ``revision`` is a branch (created from
+    ``main`` if missing); ``tag`` must not exist yet. Raises HubError (credentials, permissions,
+    existing tag, Hub failures) and the build's own errors.
+    """
+    token = resolve_token(token)
+    loaded = load_recipe(recipe, overrides)
+    check_repo_id(repo_id)
+    api = hub_api(token)
+    prepare_repo(api, repo_id, private=private, revision=revision, tag=tag)
+    built = build(loaded, cache_dir=cache_dir, run_options=run_options)
+    return publish(api, loaded, built, repo_id, token=token, tag=tag, revision=revision, private=private)
+
+
+def prepare_repo(api: HfApi, repo_id: str, *, private: bool, revision: str | None, tag: str | None) -> None:
+    """Create the repo if missing (checks write access), the branch if missing; check the tag is free."""
+    with hub_errors(repo_id, "create or write"):
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
+        tags = {t.name: t.target_commit for t in api.list_repo_refs(repo_id, repo_type="dataset").tags}
+    if tag is not None and tag in tags:
+        raise HubError(_tag_exists(repo_id, tag, tags[tag]))
+
+
+def _tag_exists(repo_id: str, tag: str, commit: str | None) -> str:
+    at = f" (at commit {commit})" if commit else ""
+    return f"tag {tag!r} already exists on {repo_id}{at}; tags are never moved: choose another tag"
+
+
+def publish(
+    api: HfApi,
+    recipe: Recipe,
+    built: Built,
+    repo_id: str,
+    *,
+    token: str,
+    tag: str | None = None,
+    revision: str | None = None,
+    private: bool = False,
+) -> PushResult:
+    """Steps 4-7 of :func:`push` for a set already built (see :mod:`eagle3_raw.hub`)."""
+    published = publish_recipe(recipe)
+    scan = scan_set(built.dataset)
+    manifest = build_manifest(recipe, published, scan, built.journal_dir)
+    payloads = _recipe_payloads(published, manifest, scan)
+    check_no_secrets(payloads, upload_secrets(token, recipe))
+    example = _example(recipe, built.dataset)  # before any upload: no half-published config
+    _push_data(built.dataset, recipe, repo_id, token=token, revision=revision, private=private)
+    recipe_commit = _push_recipe(api, repo_id, recipe.name, payloads, revision)
+    section = cards.CardSection(repo_id, recipe.name, tag or recipe_commit, published.data, manifest, example)
+    commit, warnings = _write_card(api, repo_id, section, revision, upload_secrets(token, recipe))
+    if tag is not None:
+        _create_tag(api, repo_id, tag, commit)
+    return PushResult(
+        repo_id, recipe.name, recipe.fingerprint, revision or "main", commit, tag, scan.rows, built.generated,
+        tuple(local_tokenizer_warning(recipe) + warnings),
+    )  # fmt: skip
+
+
+def _recipe_payloads(
+    published: PublishedRecipe, manifest: Mapping[str, Any], scan: SetScan
+) -> dict[str, bytes | Path]:
+    name = published.name
+    svg = cards.lengths_svg(
+        [(f"{name}: generated tokens per row", scan.generated_lengths),
+         (f"{name}: total tokens per row (len(input_ids))", scan.total_lengths)]
+    )  # fmt: skip
+    return {
+        published.path: published.to_yaml().encode(),
+        f"recipes/{name}.manifest.json": _json(manifest),
+        f"recipes/{name}.lengths.svg": svg.encode(),
+        **published.files,
+    }
+
+
+def _json(data: Any) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str) + b"\n"
+
+
+def _example(recipe: Recipe, dataset: datasets.Dataset) -> cards.Example | None:
+    if len(dataset) == 0:
+        return None
+    from eagle3_raw.render import Renderer
+
+    return cards.decode_example(Renderer(recipe).tokenizer, dataset[0])
+
+
+# --- the commits ---------------------------------------------------------------------------------------
+
+
+def _push_data(
+    dataset: datasets.Dataset,
+    recipe: Recipe,
+    repo_id: str,
+    *,
+    token: str,
+    revision: str | None,
+    private: bool,
+) -> None:
+    _log.info("pushing %s rows of %s to %s", f"{len(dataset):,}", recipe.name, repo_id)
+    with hub_errors(repo_id, "push the data to"):
+        dataset.push_to_hub(
+            repo_id, config_name=recipe.name, split="train", revision=revision, private=private, token=token,
+            commit_message=f"eagle3_raw: rows of {recipe.name} ({recipe.fingerprint})",
+        )  # fmt: skip
+
+
+def _push_recipe(
+    api: HfApi, repo_id: str, name: str, payloads: Mapping[str, bytes | Path], revision: str | None
+) -> str:
+    """One commit with the recipe, its files, the manifest and the picture; stale files removed."""
+    from huggingface_hub import CommitOperationAdd
+
+    with hub_errors(repo_id, "upload the recipe to"):
+        existing = api.list_repo_files(repo_id, repo_type="dataset", revision=revision)
+        adds: list[CommitOperationAdd | CommitOperationDelete] = [
+            CommitOperationAdd(path, str(data) if isinstance(data, Path) else data)
+            for path, data in payloads.items()
+        ]
+        info = api.create_commit(
+            repo_id, operations=adds + _stale(existing, name, payloads), repo_type="dataset",
+            revision=revision, commit_message=f"eagle3_raw: recipe and manifest of {name}",
+        )  # fmt: skip
+    return str(info.oid)
+
+
+def _stale(existing: Sequence[str], name: str, keep: Mapping[str, Any]) -> list[CommitOperationDelete]:
+    from huggingface_hub import CommitOperationDelete
+
+    prefix = f"recipes/{name}/"
+    return [CommitOperationDelete(path) for path in existing if path.startswith(prefix) and path not in keep]
+
+
+def _write_card(
+    api: HfApi, repo_id: str, section: cards.CardSection, revision: str | None, secrets: Sequence[str]
+) -> tuple[str, list[str]]:
+    """Merge ``section`` into the README at the branch head; retried when the branch moved meanwhile."""
+    for attempt in range(1, _CARD_ATTEMPTS + 1):
+        try:
+            with hub_errors(repo_id, "write the dataset card of"):
+                return _commit_card(api, repo_id, section, revision, secrets)
+        except HubError as exc:
+            if status(exc.__cause__) not in (409, 412) or attempt == _CARD_ATTEMPTS:
+                raise
+        time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _commit_card(
+    api: HfApi, repo_id: str, section: cards.CardSection, revision: str | None, secrets: Sequence[str]
+) -> tuple[str, list[str]]:
+    """Read the README at the head, merge, commit on top of exactly that head (412 if it moved)."""
+    from huggingface_hub import CommitOperationAdd
+
+    head = str(api.repo_info(repo_id, repo_type="dataset", revision=revision).sha)
+    text, warnings = cards.update_card(_read_readme(api, repo_id, head), section)
+    check_no_secrets({"README.md": text.encode()}, secrets)
+    info = api.create_commit(
+        repo_id, operations=[CommitOperationAdd("README.md", text.encode())], repo_type="dataset",
+        revision=revision, parent_commit=head, commit_message=f"eagle3_raw: card section of {section.name}",
+    )  # fmt: skip
+    return str(info.oid), warnings
+
+
+def _read_readme(api: HfApi, repo_id: str, commit: str) -> str:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=commit, token=api.token)
+    except EntryNotFoundError:
+        return ""
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _create_tag(api: HfApi, repo_id: str, tag: str, commit: str) -> None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        api.create_tag(
+            repo_id, tag=tag, revision=commit, repo_type="dataset", tag_message=f"eagle3_raw {tag}"
+        )
+    except HfHubHTTPError as exc:
+        if status(exc) == 409:
+            raise HubError(_tag_exists(repo_id, tag, None)) from exc
+        with hub_errors(repo_id, f"create tag {tag!r} on"):
+            raise

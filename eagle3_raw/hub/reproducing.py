@@ -1,0 +1,121 @@
+"""Reproducing a published set: its recipe downloaded, rebuilt in a fresh cache, compared by row id.
+
+Everything is read at one commit, the revision resolved first, so a branch that moves meanwhile
+does not mix two versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from eagle3_raw.errors import HubError
+from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
+from eagle3_raw.hub.comparison import Comparison, compare
+from eagle3_raw.hub.sets import build
+from eagle3_raw.recipe import Recipe, load_recipe
+
+if TYPE_CHECKING:
+    import datasets
+    from huggingface_hub import HfApi
+
+
+def reproduce(
+    ref: str,
+    *,
+    config: str | None = None,
+    revision: str | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    token: str | None = None,
+    work_dir: Path | None = None,
+    run_options: Mapping[str, Any] | None = None,
+    max_differences: int = 5,
+) -> Comparison:
+    """Rebuild config ``config`` of ``ref`` (``org/name[@revision]``) from its published recipe and compare.
+
+    Everything is read at one commit (the revision resolved first). The rebuild runs in a fresh
+    cache and journal under ``work_dir`` (a temporary folder, removed after, when None), so it
+    really regenerates. ``overrides`` apply to the published recipe (``server.endpoints=...``).
+    Without ``config``, a repo with one recipe uses it; with several, HubError lists them.
+    """
+    repo_id, ref_revision = parse_repo_ref(ref)
+    from huggingface_hub import get_token
+
+    api = hub_api(token or get_token())
+    commit, name = _resolve_config(api, repo_id, revision or ref_revision, config)
+    with _work_dir(work_dir) as root:
+        recipe, manifest = fetch_recipe(api, repo_id, commit, name, root / "hub", overrides)
+        fingerprint = recipe.fingerprint  # now: it digests the downloaded files, gone after the block
+        options = {**(run_options or {}), "journal_dir": root / "journals"}
+        rebuilt = build(recipe, cache_dir=root / "cache", run_options=options)
+        published = _load_published(api, repo_id, name, commit, root / "published")
+        result = compare(published, rebuilt.dataset, max_differences=max_differences)
+        del published, rebuilt
+    return Comparison(repo_id, name, commit, str(manifest.get("fingerprint", "?")), fingerprint, **result)
+
+
+def _resolve_config(api: HfApi, repo_id: str, revision: str | None, config: str | None) -> tuple[str, str]:
+    with hub_errors(repo_id, "read"):
+        commit = str(api.dataset_info(repo_id, revision=revision).sha)
+        files = api.list_repo_files(repo_id, repo_type="dataset", revision=commit)
+    configs = sorted(m[1] for f in files if (m := re.fullmatch(r"recipes/([^/]+)\.yaml", f)))
+    return commit, choose_config(repo_id, configs, config)
+
+
+def choose_config(repo_id: str, configs: Sequence[str], config: str | None) -> str:
+    """``config`` if published, the only config when ``config`` is None, else HubError listing them."""
+    listed = ", ".join(configs)
+    if not configs:
+        raise HubError(
+            f"{repo_id} has no eagle3_raw recipe (recipes/<config>.yaml): was it pushed by eagle3-raw?"
+        )
+    if config is None and len(configs) > 1:
+        raise HubError(f"{repo_id} has several configs ({listed}); choose one with --config NAME")
+    if config is not None and config not in configs:
+        raise HubError(f"{repo_id} has no config {config!r}; it has: {listed}")
+    return config or configs[0]
+
+
+@contextlib.contextmanager
+def _work_dir(work_dir: Path | None) -> Iterator[Path]:
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        yield work_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="eagle3_raw-reproduce-") as tmp:
+        yield Path(tmp)
+
+
+def fetch_recipe(
+    api: HfApi, repo_id: str, commit: str, name: str, local_dir: Path,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+) -> tuple[Recipe, dict[str, Any]]:  # fmt: skip
+    """Download config ``name``'s recipe, files and manifest at ``commit``; the recipe loaded from there."""
+    from huggingface_hub import snapshot_download
+
+    patterns = [f"recipes/{name}.yaml", f"recipes/{name}.manifest.json", f"recipes/{name}/*"]
+    with hub_errors(repo_id, "download the recipe of"):
+        snapshot_download(
+            repo_id, repo_type="dataset", revision=commit, local_dir=local_dir, allow_patterns=patterns,
+            token=api.token,
+        )  # fmt: skip
+    manifest_path = local_dir / "recipes" / f"{name}.manifest.json"
+    manifest = orjson.loads(manifest_path.read_bytes()) if manifest_path.is_file() else {}
+    return load_recipe(local_dir / "recipes" / f"{name}.yaml", overrides), manifest
+
+
+def _load_published(api: HfApi, repo_id: str, name: str, commit: str, cache_dir: Path) -> datasets.Dataset:
+    import datasets
+
+    with hub_errors(repo_id, "load the published rows of"):
+        dataset = datasets.load_dataset(
+            repo_id, name, revision=commit, split="train", token=api.token, cache_dir=str(cache_dir)
+        )
+    assert isinstance(dataset, datasets.Dataset)
+    return dataset
