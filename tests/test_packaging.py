@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHECK = """
 import eagle3_raw, eagle3_raw.resources as r
+import eagle3_raw.builder, eagle3_raw.hub, eagle3_raw.journal, eagle3_raw.reference.server, eagle3_raw.cli
 from eagle3_raw.recipe import load_recipe
 assert "site" in eagle3_raw.__file__ or "target" in eagle3_raw.__file__, eagle3_raw.__file__
 print(sorted(p.name for p in r.dataset_cards_dir().iterdir()))
