@@ -19,7 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``eagle3-raw``; returns the process exit code."""
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found": we need none
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("eagle3_raw").setLevel(logging.INFO)  # ours; libraries' HTTP logs stay quiet
     handler: Handler = args.handler
     try:
         return handler(args)
