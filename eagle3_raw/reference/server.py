@@ -42,7 +42,6 @@ from eagle3_raw.reference.faults import FaultInjector, FaultSpec
 from eagle3_raw.reference.ledger import Ledger
 
 VERSION = "0.5.23"
-_QUEUE_FULL = "The request queue is full."
 _EARLY_FAULTS = frozenset({"http500", "http503", "hang"})
 _JSON, _SSE, _TEXT = "application/json", "text/event-stream", "text/plain"
 _YIELD_EVERY = 50_000
@@ -189,19 +188,6 @@ class _Context:
     fault: str | None = None
 
 
-def _parse(raw: bytes) -> Any:
-    """The body through gates 1 and 2 (pydantic-like field types, then the JSON contract)."""
-    if not raw:
-        raise p.missing_body()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise p.json_error() from exc
-    p.check_fields(body)
-    p.check_contract(body)
-    return body
-
-
 def _fault_record(ctx: _Context, status: int | None) -> Record:
     return {"request": ctx.seq, "status": status, "fault": ctx.fault, "body": ctx.body}
 
@@ -238,7 +224,7 @@ class ReferenceServer:
         if ctx.fault in _EARLY_FAULTS:
             return await self._early_fault(ctx)
         try:
-            ctx.body = _parse(await request.read())
+            ctx.body = p.parse_body(await request.read())
             req = p.normalize(ctx.body)
             p.check_request(ctx.body)
         except (p.GateError, p.RequestError, p.InternalServerError) as exc:
@@ -404,7 +390,7 @@ class ReferenceServer:
         except QueuedAbort:
             return job.end([], p.queued_abort(), queued=True)
         except QueueFull:
-            return job.end([], p.queued_abort(_QUEUE_FULL, 503), queued=True)
+            return job.end([], p.queued_abort(p.QUEUE_FULL, 503), queued=True)
         try:
             await self._decode(job, slots, timing, ticket, emit, streaming)
         finally:
@@ -571,7 +557,7 @@ class ReferenceServer:
         if fault == "http500":
             return await self._send(ctx, 500, b"Internal Server Error", _TEXT, [_fault_record(ctx, 500)])
         if fault == "http503":
-            body = p.http_exception_body(503, _QUEUE_FULL)
+            body = p.http_exception_body(503, p.QUEUE_FULL)
             return await self._send(ctx, 503, orjson.dumps(body), _JSON, [_fault_record(ctx, 503)])
         try:
             await asyncio.Event().wait()  # hang: the reply never comes; ends when the client leaves
@@ -725,7 +711,7 @@ class ReferenceServer:
             return _json(_validation_body("prompt", prompt), 400)
         if self.model.tokenizer is None:
             error = "Internal server error during tokenization: the server runs with --skip-tokenizer-init"
-            return _json(_openai_error(error, "InternalServerError", 500), 500)
+            return _json(p.error_object(error, "InternalServerError", 500), 500)
         limit = self.model.model_max_length
         limit = limit if isinstance(limit, int) and -(2**63) <= limit < 2**64 else self.model.context_len
         if isinstance(prompt, str):
@@ -745,12 +731,12 @@ class ReferenceServer:
             return _json(_validation_body("tokens", tokens), 400)
         if self.model.tokenizer is None:
             error = "Internal server error during detokenization: the server runs with --skip-tokenizer-init"
-            return _json(_openai_error(error, "InternalServerError", 500), 500)
+            return _json(p.error_object(error, "InternalServerError", 500), 500)
         try:
             texts = [self.model.decode(row, skip) for row in rows]
         except (OverflowError, ValueError, TypeError) as exc:
             message = f"Error decoding tokens: {exc}. Input tokens might be invalid for the model."
-            return _json(_openai_error(message, "DecodeError", 400), 400)
+            return _json(p.error_object(message, "DecodeError", 400), 400)
         return _json({"text": texts if nested else texts[0]})
 
     async def flush_cache(self, request: web.Request) -> web.StreamResponse:
@@ -863,10 +849,6 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {"__invalid__": True}
     return body if isinstance(body, dict) else {"__invalid__": True}
-
-
-def _openai_error(message: str, err_type: str, status: int) -> dict[str, Any]:
-    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
 
 
 def _validation_body(field_name: str, value: Any) -> dict[str, Any]:

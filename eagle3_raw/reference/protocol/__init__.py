@@ -7,7 +7,7 @@ A request meets, in SGLang's order (``shared/sglang-protocol.md`` §1, §2, §5)
    JSON or a top-level field of the wrong JSON type → :class:`GateError`, 400 ``{"object": "error", ...}``.
 2. The JSON contract ``GenerateRequest`` of ``sglang/api/v1/api_types.py`` (:mod:`.contract`,
    :func:`check_contract`): unknown sampling keys, wrong types → :class:`GateError`, 400
-   ``{"error": "<text>"}`` with the contract's own wording.
+   ``{"error": "<text>"}`` with the contract's own wording. :func:`parse_body` runs gates 1 and 2.
 3. Normalization (:mod:`.normalize`), per-item checks (:mod:`.items`) and ``sampling_params``
    (:mod:`.sampling`) → :class:`RequestError` (SGLang's ``ValueError``), 400
    ``{"error": {"message": ...}}`` or, on a stream, one SSE error event.
@@ -26,12 +26,13 @@ from eagle3_raw.reference.protocol.errors import (
     GateError,
     InternalServerError,
     RequestError,
+    error_object,
     http_exception_body,
     stream_error_event,
     validation_error,
     value_error_body,
 )
-from eagle3_raw.reference.protocol.fields import check_fields, json_error, missing_body
+from eagle3_raw.reference.protocol.fields import check_fields, json_error, missing_body, parse_body
 from eagle3_raw.reference.protocol.items import SchedulerLimits, check_context, check_item, prompt_ids
 from eagle3_raw.reference.protocol.normalize import (
     ItemSpec,
@@ -41,6 +42,7 @@ from eagle3_raw.reference.protocol.normalize import (
     normalize,
 )
 from eagle3_raw.reference.protocol.outputs import (
+    QUEUE_FULL,
     find_stop,
     finish_abort,
     finish_length,
@@ -53,6 +55,7 @@ from eagle3_raw.reference.protocol.outputs import (
 from eagle3_raw.reference.protocol.sampling import TOP_K_ALL, Sampling, parse_sampling
 
 __all__ = [
+    "QUEUE_FULL",
     "TOP_K_ALL",
     "GateError",
     "InternalServerError",
@@ -67,6 +70,7 @@ __all__ = [
     "check_item",
     "check_lora",
     "check_request",
+    "error_object",
     "find_stop",
     "finish_abort",
     "finish_length",
@@ -77,6 +81,7 @@ __all__ = [
     "missing_body",
     "normalize",
     "output_text",
+    "parse_body",
     "parse_sampling",
     "prompt_ids",
     "queued_abort",

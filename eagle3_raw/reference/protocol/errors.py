@@ -32,6 +32,11 @@ class InternalServerError(Exception):
     """Where SGLang raises an uncaught exception: HTTP 500, plain text ``Internal Server Error``."""
 
 
+def error_object(message: str, err_type: str, code: int) -> dict[str, Any]:
+    """The OpenAI-style ``{"object": "error", ...}`` body (FastAPI refusals, ``HTTPException``)."""
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+
+
 def value_error_body(message: str) -> dict[str, Any]:
     """Body of a ``ValueError`` refusal (normalization, validation, scheduler 400 aborts)."""
     return {"error": {"message": message}}
@@ -39,7 +44,7 @@ def value_error_body(message: str) -> dict[str, Any]:
 
 def http_exception_body(status: int, message: str) -> dict[str, Any]:
     """Body of an ``HTTPException`` (e.g. the 503 of a full queue)."""
-    return {"object": "error", "message": message, "type": str(status), "param": None, "code": status}
+    return error_object(message, str(status), status)
 
 
 def stream_error_event(message: str) -> dict[str, Any]:
@@ -50,7 +55,4 @@ def stream_error_event(message: str) -> dict[str, Any]:
 def validation_error(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> GateError:
     """FastAPI's 400 for a body its pydantic model refuses (``{"object": "error", ...}``)."""
     error = {"type": kind, "loc": ("body", *loc), "msg": msg, "input": value}
-    message = f"1 validation error:\n  {error!r}\n [{error!r}]"
-    return GateError(
-        {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
-    )
+    return GateError(error_object(f"1 validation error:\n  {error!r}\n [{error!r}]", "Bad Request", 400))

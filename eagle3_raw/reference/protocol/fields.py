@@ -1,4 +1,4 @@
-"""Gate 1: FastAPI/pydantic parsing of ``GenerateReqInput``.
+"""Gate 1: FastAPI/pydantic parsing of ``GenerateReqInput``, and :func:`parse_body` (gates 1 and 2).
 
 FastAPI refuses a body that is missing, is not JSON, or has a top-level field of the wrong JSON
 type, before SGLang sees it: :class:`~.errors.GateError` with FastAPI's 400 validation body
@@ -13,10 +13,39 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
+from eagle3_raw.reference.protocol.contract import check_contract
 from eagle3_raw.reference.protocol.errors import GateError, validation_error
 
+Accepts = Callable[[Any], bool]
+
 _DICT, _INT = "Input should be a valid dictionary", "Input should be a valid integer"
+_STR, _BOOL = "Input should be a valid string", "Input should be a valid boolean"
 _BOOL_WORDS = frozenset({"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"})
+
+
+def parse_body(raw: bytes) -> Any:
+    """The raw ``/generate`` body through gates 1 and 2 (field types, then the JSON contract)."""
+    if not raw:
+        raise missing_body()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise json_error() from exc
+    check_fields(body)
+    check_contract(body)
+    return body
+
+
+def json_error() -> GateError:
+    """The 400 FastAPI sends for a body that is not JSON at all."""
+    return validation_error("json_invalid", (0,), "JSON decode error", {})
+
+
+def missing_body() -> GateError:
+    """The 400 FastAPI sends for an empty body."""
+    return validation_error("missing", (), "Field required", None)
 
 
 def _lax_bool(v: Any) -> bool:
@@ -33,7 +62,19 @@ def _lax_int(v: Any) -> bool:
     return isinstance(v, int)
 
 
-def _one_or_many(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_dict(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _optional(ok: Accepts) -> Accepts:
+    return lambda v: v is None or ok(v)
+
+
+def _one_or_many(ok: Accepts) -> Accepts:
     return lambda v: v is None or ok(v) or (isinstance(v, list) and all(map(ok, v)))
 
 
@@ -43,22 +84,23 @@ def _int_rows(v: Any) -> bool:
     )
 
 
-_FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
-    "text": (_one_or_many(lambda v: isinstance(v, str)), "string_type", "Input should be a valid string"),
-    "rid": (_one_or_many(lambda v: isinstance(v, str)), "string_type", "Input should be a valid string"),
-    "sampling_params": (_one_or_many(lambda v: isinstance(v, dict)), "dict_type", _DICT),
-    "stream": (_lax_bool, "bool_parsing", "Input should be a valid boolean, unable to interpret input"),
-    "return_text_in_logprobs": (_lax_bool, "bool_parsing", "Input should be a valid boolean"),
-    "return_prompt_token_ids": (_lax_bool, "bool_parsing", "Input should be a valid boolean"),
-    "return_logprob": (_one_or_many(_lax_bool), "bool_parsing", "Input should be a valid boolean"),
-    "logprob_start_len": (_one_or_many(_lax_int), "int_parsing", "Input should be a valid integer"),
-    "top_logprobs_num": (_one_or_many(_lax_int), "int_parsing", "Input should be a valid integer"),
-    "token_ids_logprob": (lambda v: v is None or _int_rows(v), "list_type", "Input should be a valid list"),
-    "priority": (lambda v: v is None or _lax_int(v), "int_parsing", _INT),
-    "routed_dp_rank": (lambda v: v is None or _lax_int(v), "int_parsing", _INT),
-    "data_parallel_rank": (lambda v: v is None or _lax_int(v), "int_parsing", _INT),
-    "session_params": (lambda v: v is None or isinstance(v, dict), "dict_type", _DICT),
-}  # fmt: skip
+_FIELD_TYPES: dict[str, tuple[Accepts, str, str]] = {
+    "text": (_one_or_many(_is_str), "string_type", _STR),
+    "rid": (_one_or_many(_is_str), "string_type", _STR),
+    "sampling_params": (_one_or_many(_is_dict), "dict_type", _DICT),
+    "stream": (_lax_bool, "bool_parsing", f"{_BOOL}, unable to interpret input"),
+    "return_text_in_logprobs": (_lax_bool, "bool_parsing", _BOOL),
+    "return_prompt_token_ids": (_lax_bool, "bool_parsing", _BOOL),
+    "return_logprob": (_one_or_many(_lax_bool), "bool_parsing", _BOOL),
+    "logprob_start_len": (_one_or_many(_lax_int), "int_parsing", _INT),
+    "top_logprobs_num": (_one_or_many(_lax_int), "int_parsing", _INT),
+    "token_ids_logprob": (_optional(_int_rows), "list_type", "Input should be a valid list"),
+    "priority": (_optional(_lax_int), "int_parsing", _INT),
+    "routed_dp_rank": (_optional(_lax_int), "int_parsing", _INT),
+    "data_parallel_rank": (_optional(_lax_int), "int_parsing", _INT),
+    "session_params": (_optional(_is_dict), "dict_type", _DICT),
+}
+"""The typed fields of ``GenerateReqInput``: (accepts, pydantic's error type, its message)."""
 
 
 def check_fields(body: Any) -> None:
@@ -102,13 +144,3 @@ def _i64_row_problem(row: Any) -> str:
     except (TypeError, OverflowError) as exc:
         return f"contains non-int64 element: {exc}"
     return ""
-
-
-def json_error() -> GateError:
-    """The 400 FastAPI sends for a body that is not JSON at all."""
-    return validation_error("json_invalid", (0,), "JSON decode error", {})
-
-
-def missing_body() -> GateError:
-    """The 400 FastAPI sends for an empty body."""
-    return validation_error("missing", (), "Field required", None)

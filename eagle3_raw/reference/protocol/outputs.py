@@ -96,6 +96,10 @@ def meta_info(
     }
 
 
+QUEUE_FULL = "The request queue is full."
+"""The message of SGLang's refusal when ``--max-queued-requests`` generations already wait."""
+
+
 def queued_abort(message: str = "Abort in waiting queue", status_code: int | None = None) -> dict[str, Any]:
     """The finish reason of a generation that never left the queue (aborted, or the queue was full)."""
     finish: dict[str, Any] = {"type": "abort", "message": message}
