@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -149,6 +150,8 @@ class _Run:
         self.journal_dir = journal_dir_for(recipe, options.journal_dir)
         self._stop = threading.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._rid_prefix = uuid.uuid4().hex[:8]  # unique per run; the counter, per attempt
+        self._rid_counter = itertools.count()
 
     def interrupted_message(self) -> str:
         return (
@@ -357,7 +360,7 @@ class _Run:
 
     async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
         endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
-        rid = f"{job.row_id}#{attempt}-{uuid.uuid4().hex[:12]}"
+        rid = f"{job.row_id}#{attempt}-{self._rid_prefix}{next(self._rid_counter):x}"
         self.in_flight[rid] = endpoint.url
         try:
             generation = await sglang.generate(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,9 +222,15 @@ def _check_counts(meta: Mapping[str, Any], output_ids: list[Any], prompt_len: in
 
 
 def _check_ids(output_ids: list[Any], vocab_size: int, url: str) -> None:
-    for token in output_ids:
-        if type(token) is not int or not 0 <= token < vocab_size:
-            raise InvalidResponse(f"{url} returned token id {token!r} outside the vocabulary", url=url)
+    try:
+        ids = array("q", output_ids)  # in C: refuses floats, strings and nulls
+    except (TypeError, OverflowError) as exc:
+        raise InvalidResponse(f"{url} returned a token id that is not an int64 ({exc})", url=url) from exc
+    if ids and (min(ids) < 0 or max(ids) >= vocab_size):
+        token = next(t for t in ids if not 0 <= t < vocab_size)
+        raise InvalidResponse(
+            f"{url} returned token id {token} outside the vocabulary (0..{vocab_size - 1})", url=url
+        )
 
 
 def _keep_meta(meta: Mapping[str, Any], url: str) -> dict[str, Any]:

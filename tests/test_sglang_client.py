@@ -1,0 +1,164 @@
+"""The /generate client against a server that misbehaves on purpose (real HTTP on 127.0.0.1).
+
+The reference server answers correctly; these are the answers a broken or misconfigured SGLang
+deployment could give, and what the client must make of each: retry, record the row, or stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from eagle3_raw import sglang
+from eagle3_raw.errors import (
+    ConnectError,
+    GenerationAborted,
+    InvalidResponse,
+    RequestRejected,
+    RequestTimeout,
+    ServerBusy,
+    ServerUnreachable,
+)
+
+PROMPT = [1, 2, 3, 4]
+VOCAB = 100
+
+
+def _ok(output_ids: list[Any], **meta: Any) -> dict[str, Any]:
+    info = {
+        "id": "r", "finish_reason": {"type": "stop", "matched": 7}, "prompt_tokens": len(PROMPT),
+        "completion_tokens": len(output_ids), "cached_tokens": 0, "weight_version": "default", **meta,
+    }  # fmt: skip
+    return {"text": "", "output_ids": output_ids, "meta_info": info}
+
+
+Reply = Callable[[], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture()
+async def serve() -> AsyncIterator[Callable[[Reply], Any]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(reply: Reply) -> str:
+        async def generate(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            return await reply()
+
+        app = web.Application()
+        app.router.add_post("/generate", generate)
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.2)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def _generate(url: str, timeout: float = 5.0) -> sglang.Generation:
+    async with sglang.new_session(connect_timeout=2, api_key=None) as session:
+        return await sglang.generate(
+            session, url, rid="r", input_ids=PROMPT, sampling_params={"max_new_tokens": 8},
+            vocab_size=VOCAB, timeout=timeout,
+        )  # fmt: skip
+
+
+def _json(body: Any, status: int = 200) -> Reply:
+    async def reply() -> web.StreamResponse:
+        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+    return reply
+
+
+async def test_a_good_response_is_returned_as_sent(serve: Any) -> None:
+    generation = await _generate(await serve(_json(_ok([5, 6, 7]))))
+    assert generation.output_ids == [5, 6, 7] and generation.finish_reason == "stop"
+    assert generation.meta["prompt_tokens"] == 4 and generation.meta["endpoint"].startswith(
+        "http://127.0.0.1:"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (_ok([5, 6, 7], completion_tokens=2), "completion_tokens=2 but 3 output_ids"),
+        (_ok([5, 600]), "token id 600 outside the vocabulary"),
+        (_ok([5, -1]), "token id -1 outside the vocabulary"),
+        (_ok([5, 6.5]), "not an int64"),
+        (_ok([5, None]), "not an int64"),
+        (_ok([*PROMPT, 9]), "echoes the prompt"),
+        (_ok([5], finish_reason={"type": "weird"}), "unexpected finish_reason"),
+        ({"output_ids": [5]}, "lacks output_ids or meta_info"),
+        ([_ok([5])], "not one JSON object"),
+    ],
+)
+async def test_a_response_that_fails_a_check_is_retryable(serve: Any, body: Any, message: str) -> None:
+    with pytest.raises(InvalidResponse, match=message):
+        await _generate(await serve(_json(body)))
+
+
+async def test_an_abort_with_http_200_is_a_failure_never_a_row(serve: Any) -> None:
+    aborted = _ok([5, 6], finish_reason={"type": "abort", "message": "Abort in waiting queue"})
+    with pytest.raises(GenerationAborted, match="Abort in waiting queue"):
+        await _generate(await serve(_json(aborted)))
+
+
+async def test_a_server_that_truncated_the_prompt_is_refused_for_the_row(serve: Any) -> None:
+    with pytest.raises(RequestRejected, match="allow-auto-truncate"):
+        await _generate(await serve(_json(_ok([5], prompt_tokens=3))))
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "kind", "message"),
+    [
+        ({"error": "unknown field `seed`"}, 400, RequestRejected, "unknown field `seed`"),
+        ({"error": {"message": "The input (5000 tokens) is longer"}}, 400, RequestRejected, "is longer"),
+        (
+            {"object": "error", "message": "queue full", "type": "503", "code": 503},
+            503,
+            ServerBusy,
+            "queue full",
+        ),
+        ({"error": {"message": "Duplicate request ID detected"}}, 400, ServerBusy, "Duplicate request ID"),
+        ("Internal Server Error", 500, ServerBusy, "Internal Server Error"),
+        ({"error": "slow down"}, 429, ServerBusy, "slow down"),
+        ({"detail": "Not Found"}, 404, ServerUnreachable, "is this an SGLang server"),
+        ({"error": "Unauthorized"}, 401, sglang.AuthError, "api_key_env"),
+    ],
+)
+async def test_error_bodies_map_to_what_the_run_does(
+    serve: Any, body: Any, status: int, kind: type[Exception], message: str
+) -> None:
+    with pytest.raises(kind, match=message) as raised:
+        await _generate(await serve(_json(body, status)))
+    assert "127.0.0.1" in str(raised.value)  # names the URL
+
+
+async def test_a_reply_that_never_comes_times_out(serve: Any) -> None:
+    async def hang() -> web.StreamResponse:
+        await asyncio.sleep(30)
+        return web.Response()
+
+    with pytest.raises(RequestTimeout, match=r"within 0\.3 s"):
+        await _generate(await serve(hang), timeout=0.3)
+
+
+async def test_a_refused_connection_is_retryable_and_names_the_url() -> None:
+    with pytest.raises(ConnectError, match=r"127\.0\.0\.1:9"):
+        await _generate("http://127.0.0.1:9")
+
+
+def test_error_message_reads_all_three_sglang_shapes() -> None:
+    assert sglang.error_message(b'{"error": "a"}') == "a"
+    assert sglang.error_message(b'{"error": {"message": "b"}}') == "b"
+    assert sglang.error_message(b'{"object": "error", "message": "c", "code": 503}') == "c"
+    assert sglang.error_message(b"plain text") == "plain text"
