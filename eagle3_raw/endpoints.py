@@ -97,8 +97,12 @@ class EndpointPool:
         if remaining <= 0:
             urls = ", ".join(e.url for e in self.endpoints)
             raise ServerUnreachable(f"no endpoint answered for {self._wait_for_server:g} s: {urls}")
+        # asyncio.timeout, not wait_for: wait_for runs wait() as a separate task, and a second
+        # cancel (the run's cleanup) can leave that task to reacquire the lock after we left,
+        # holding it forever (Python 3.11), which deadlocks every other waiter.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout=remaining)
+            async with asyncio.timeout(remaining):
+                await self._changed.wait()
 
     async def release(self, endpoint: Endpoint, *, ok: bool, endpoint_fault: bool = False) -> None:
         """Return a slot. ``endpoint_fault`` counts towards taking the endpoint out."""

@@ -10,7 +10,6 @@ journal is what the builder reads, in canonical order, once every job has an out
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
@@ -254,7 +253,7 @@ class _Run:
         done = self.journal.done()
         self.stats.replayed = len(done)
         exclude = done | {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
-        feed = _JobFeed(self._stop, maxsize=max(4, 2 * self.pool.capacity // _CHUNK))
+        feed = _JobFeed(self._stop, maxsize=max(4 * _CHUNK, 2 * self.pool.capacity))
         self.display.start(f"{self.recipe.name}")
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.pool.capacity)]
         ticker = asyncio.create_task(self._tick())
@@ -453,18 +452,24 @@ def assemble(recipe: Recipe, options: RunOptions) -> RunResult:
 
 
 class _JobFeed:
-    """Chunks of planned items from the producer thread to the workers, with backpressure."""
+    """Planned items from the producer thread to the workers, in canonical order, with backpressure.
+
+    The producer hands over chunks (one cross-thread call per chunk); the loop side queues their
+    items one by one, so every idle worker wakes for the next item, and at most ``maxsize`` items
+    wait (the producer blocks beyond that).
+    """
 
     def __init__(self, stop: threading.Event, *, maxsize: int) -> None:
-        self._queue: asyncio.Queue[list[Job | Skip] | None] = asyncio.Queue(maxsize)
-        self._items: collections.deque[Job | Skip] = collections.deque()
-        self._finished = False
+        self._queue: asyncio.Queue[Job | Skip | None] = asyncio.Queue(maxsize)
         self._stop = stop
         self.hungry = threading.Event()
 
     def put_threadsafe(self, chunk: list[Job | Skip] | None, loop: asyncio.AbstractEventLoop) -> bool:
-        """Called from the producer thread; blocks while the queue is full. False once the run stops."""
-        future = asyncio.run_coroutine_threadsafe(self._queue.put(chunk), loop)
+        """Called from the producer thread; blocks while the queue is full. False once the run stops.
+
+        ``None`` marks the end of the plan.
+        """
+        future = asyncio.run_coroutine_threadsafe(self._put_all([None] if chunk is None else chunk), loop)
         while not self._stop.is_set():
             try:
                 future.result(timeout=0.2)
@@ -475,20 +480,18 @@ class _JobFeed:
         future.cancel()
         return False
 
+    async def _put_all(self, items: Sequence[Job | Skip | None]) -> None:
+        for item in items:
+            await self._queue.put(item)
+
     async def next(self) -> Job | Skip | None:
         """The next item in canonical order, or None when the plan is exhausted."""
-        while not self._items:
-            if self._finished:
-                return None
-            if self._queue.empty():
-                self.hungry.set()
-            chunk = await self._queue.get()
-            if chunk is None:
-                self._finished = True
-                self._queue.put_nowait(None)
-                return None
-            self._items.extend(chunk)
-        return self._items.popleft()
+        if self._queue.empty():
+            self.hungry.set()
+        item = await self._queue.get()
+        if item is None:
+            self._queue.put_nowait(None)  # room: we just took it; the next worker sees the end too
+        return item
 
 
 async def _gather_or_fail(tasks: Sequence[asyncio.Future[Any]]) -> None:
