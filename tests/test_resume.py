@@ -82,30 +82,29 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def test_sigkilled_build_resumes_to_the_same_rows_without_asking_twice(tmp_path: Path) -> None:
-    _prompts(tmp_path, 60)
+    _prompts(tmp_path, 150)
     rng = random.Random(7)
-    with reference_server(tmp_path, "--slots", "8", "--ms-per-token", "0.5") as (server, ledger):
-        recipe = write_recipe(
-            tmp_path, endpoints=[server.url], sampling={"samples_per_prompt": 2, "max_new_tokens": 256}
-        )
-        for _ in range(3):
-            seen = len(generations(ledger))
+    with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "0.5") as (server, ledger):
+        sampling = {"samples_per_prompt": 2, "max_new_tokens": 256}
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling=sampling)
+        rows_file = journal_dir_for(load_recipe(recipe), tmp_path / "journals") / "rows-0-of-1.bin"
+        journaled: set[str] = set()
+        for _ in range(3):  # killed at a random point after a flush, three times over
+            asked_before, size = len(generations(ledger)), _size(rows_file)
             build = subprocess.Popen(
                 _build_command(recipe, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
-            _wait_until_asked(ledger, seen + rng.randint(5, 40), build)
+            _wait_for(lambda: _size(rows_file) > size or build.poll() is not None)  # noqa: B023
             time.sleep(rng.uniform(0.0, 0.5))
             build.kill()
-            build.wait()
-            journaled, asked_before = _journaled_ids(recipe, tmp_path), len(generations(ledger))
-            assert journaled, "the killed build journaled nothing"
-            resumed = _final_after_kill_check(recipe, tmp_path, ledger, journaled, asked_before)
+            assert build.wait() == -signal.SIGKILL, "the build finished before it could be killed"
+            _assert_not_asked_again(ledger, asked_before, journaled)
+            now = _journaled_ids(recipe, tmp_path)
+            assert now > journaled, "the killed build journaled nothing new"
+            journaled = now
+        resumed = _final_after_kill_check(recipe, tmp_path, ledger, journaled, len(generations(ledger)))
         clean = _clean_build(recipe, tmp_path)
     _assert_same_rows(resumed, clean)
-
-
-def _wait_until_asked(ledger: Path, count: int, build: subprocess.Popen[bytes]) -> None:
-    _wait_for(lambda: len(generations(ledger)) >= count or build.poll() is not None)
 
 
 def _final_after_kill_check(
@@ -113,9 +112,17 @@ def _final_after_kill_check(
 ) -> datasets.Dataset:
     """Finish the build, then check that nothing journaled before was requested again."""
     built = _final(recipe, work)
+    _assert_not_asked_again(ledger, asked_before, journaled)
+    return built
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _assert_not_asked_again(ledger: Path, asked_before: int, journaled: set[str]) -> None:
     asked_again = {rid_row_id(g["rid"]) for g in generations(ledger)[asked_before:]}
     assert not asked_again & journaled
-    return built
 
 
 def test_faults_at_several_percent_give_the_same_set_as_a_clean_run(tmp_path: Path) -> None:
