@@ -11,7 +11,6 @@ the caller knows whether to retry, record, or stop.
 from __future__ import annotations
 
 import asyncio
-import time
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,14 +118,10 @@ async def generate(
     fatal error (credentials, no such endpoint).
     """
     body = orjson.dumps({"rid": rid, "input_ids": input_ids, "sampling_params": sampling_params})
-    started = time.monotonic()
     status, payload = await _post(session, f"{url}/generate", body, timeout)
     if status != 200:
         raise _http_error(status, payload, url)
-    result = _decode_object(payload, url)
-    generation = check_response(result, input_ids, vocab_size, url)
-    meta = {**generation.meta, "client_latency": time.monotonic() - started}
-    return Generation(generation.output_ids, generation.finish_reason, meta)
+    return check_response(_decode_object(payload, url), input_ids, vocab_size, url)
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
