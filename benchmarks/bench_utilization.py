@@ -1,0 +1,306 @@
+"""Utilization: how much of the server's capacity each client turns into generated tokens.
+
+The reference server runs in capacity mode in a subprocess: ``--slots S --ms-per-token T`` (default
+256 slots, 5 ms per token), so it can produce at most ``S / T`` tokens per second (51,200/s by
+default); a generation holds one slot for ``completion_tokens x T`` ms, and generations beyond ``S``
+wait in the server's FIFO queue. Output lengths are the reference engine's natural long-tailed ones
+(``max_new_tokens`` 2048, temperature 0.7, thinking on). The same prompts and sampling go, in turn, to:
+
+- eagle3_raw: ``eagle3_raw.run.run`` into a fresh journal, default in-flight limit (from the
+  server's ``max_running_requests``: ``S x 1.25 + 8``), least-loaded endpoint choice;
+- the baseline (``baseline_client.py``): a thread pool with fixed concurrency per endpoint (64, as
+  typical scripts use, and 256), strict round-robin, blocking stdlib HTTP.
+
+Each client runs in its own process; before each, the server's prefix cache and stats are reset. A
+thread here polls ``GET /reference/stats`` every 20 ms. Reported per client:
+
+- **window** = from the first request reaching the server until the client has handed the server
+  its last request (the drain of the last long outputs afterwards is not the client's doing);
+- ``util slots`` = busy-slot seconds / (slots x seconds) over the window, from the server's integral;
+- ``util tokens`` = completed tokens per second / capacity over the window minus its first
+  ``max_new_tokens x T`` seconds (so the work still in progress is in the same steady state at
+  both ends; over the whole window, the ramp-up would bias it low);
+- ``whole`` = from the first request until the last response: both ratios again, drain included;
+- busy-slot seconds / (completed tokens x T) over the whole run: 1.000 when a busy slot makes
+  exactly one token per T ms, so the two ratios measure the same thing; above 1 by the server's
+  timer lateness (a slot held past its last token);
+- CPU seconds of the client process, the server, and ``others``: every other process on the
+  machine meanwhile (the numbers are clean only when that is near zero).
+
+A client still running after ``--time-limit`` seconds is stopped (SIGTERM); its window then ends
+at the stop and it has no whole-run numbers.
+
+Usage::
+
+    python benchmarks/bench_utilization.py                 # 10,000 prompts, about 5 minutes
+    python benchmarks/bench_utilization.py --quick         # 1,000 prompts, about a minute
+    python benchmarks/bench_utilization.py --slots 128 128   # two endpoints of 128 slots each
+    python benchmarks/bench_utilization.py --slots 192 64    # two unequal endpoints
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import common
+
+TARGET = 0.97
+MIN_STEADY_SECONDS = 5.0
+
+
+# --- the eagle3_raw client (child process) ------------------------------------------------------
+
+
+def eagle3_child(recipe_path: Path, journal_dir: Path) -> dict[str, Any]:
+    """Run eagle3_raw on the recipe into ``journal_dir``; counters for the parent."""
+    from eagle3_raw.recipe import load_recipe
+    from eagle3_raw.run import RunOptions, run
+
+    start, cpu = time.perf_counter(), time.process_time()
+    result = run(load_recipe(recipe_path), RunOptions(journal_dir=journal_dir, progress="none"))
+    summary = result.summary
+    return {
+        "requests": summary.rows, "generated_tokens": summary.run_generated_tokens,
+        "errors": sum(summary.failed.values()) + sum(summary.skipped.values()),
+        "run_seconds": time.perf_counter() - start, "run_cpu_seconds": time.process_time() - cpu,
+    }  # fmt: skip
+
+
+# --- analysis -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the parent saw of one client: the servers' stats, when the client started (and was stopped)."""
+
+    poller: common.Poller
+    spawned: float
+    stopped: float | None  # set when the client hit --time-limit and was terminated
+
+    def series(self, key: str) -> list[float]:
+        return self.poller.series(key)
+
+
+def analyse(run: Run, requests: int, slots: int, ms_per_token: float, warmup: float) -> dict[str, Any]:
+    """The window and whole-run ratios described in the module docstring."""
+    t = run.poller.times()
+    sent, done, aborted = run.series("generate_requests"), run.series("completed_requests"), \
+        run.series("aborted_requests")  # fmt: skip
+    first = next(i for i, n in enumerate(sent) if n > 0)
+    start = max(0, first - 1)  # the last tick before any request: the window includes the ramp-up
+    if run.stopped is None:
+        end = next(i for i, n in enumerate(sent) if n >= requests)
+        drained: int | None = next((i for i, n in enumerate(done) if n + aborted[i] >= requests), len(t) - 1)
+    else:  # cut short: the window ends at the stop, and there is no whole run
+        end, drained = max(i for i in range(len(t)) if t[i] <= run.stopped), None
+    warm = next((i for i in range(start, end + 1) if t[i] >= t[start] + warmup), end)
+    ratios = _ratios(run, t, (start, warm, end, drained), slots, ms_per_token)
+    return {"first_request_s": t[first] - run.spawned, "stopped": run.stopped is not None, **ratios}
+
+
+def _ratios(
+    run: Run, t: list[float], marks: tuple[int, int, int, int | None], slots: int, ms_per_token: float
+) -> dict[str, Any]:
+    start, warm, end, drained = marks
+    capacity = slots * 1000.0 / ms_per_token
+    busy, tokens = run.series("busy_slot_seconds"), run.series("completed_tokens")
+    steady = t[end] - t[warm]
+    rate = (tokens[end] - tokens[warm]) / steady if steady >= MIN_STEADY_SECONDS else None
+    return {
+        "window_s": t[end] - t[start],
+        "util_slots_window": (busy[end] - busy[start]) / (slots * (t[end] - t[start])),
+        "util_tokens_window": None if rate is None else rate / capacity,
+        "tokens_per_s_window": rate,
+        "steady_window_s": steady,
+        **_whole(t, busy, tokens, start, drained, slots, capacity),
+        "max_queue_depth": max(run.series("max_queue_depth")),
+        "server_completed_requests": run.series("completed_requests")[-1],
+        "server_completed_tokens": tokens[-1],
+        "server_aborted": run.series("aborted_requests")[-1],
+    }
+
+
+def _whole(
+    t: list[float], busy: list[float], tokens: list[float], start: int, drained: int | None, slots: int,
+    capacity: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The whole run's ratios (None when the client was stopped and there is no whole run)."""
+    if drained is None:
+        keys = ("whole_s", "util_slots_whole", "util_tokens_whole", "slot_seconds_per_token")
+        return dict.fromkeys(keys)
+    whole = t[drained] - t[start]
+    return {
+        "whole_s": whole,
+        "util_slots_whole": (busy[drained] - busy[start]) / (slots * whole),
+        "util_tokens_whole": (tokens[drained] - tokens[start]) / whole / capacity,
+        "slot_seconds_per_token": busy[-1] * (capacity / slots) / tokens[-1],  # capacity / slots = 1 / T
+    }
+
+
+# --- the parent ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    command: list[str]
+
+
+def clients(args: argparse.Namespace, recipe: Path, work: Path) -> list[Client]:
+    here, py = common.HERE, sys.executable
+    found = [Client("eagle3_raw", [py, str(here / "bench_utilization.py"), "--child", str(recipe),
+                                   "--journal", str(work / "journal")])]  # fmt: skip
+    for c in args.baseline_concurrency:
+        command = [py, str(here / "baseline_client.py"), "--recipe", str(recipe), "--concurrency", str(c),
+                   "--out", str(work / f"baseline-{c}.jsonl")]  # fmt: skip
+        found.append(Client(f"baseline c={c}", command))
+    return found
+
+
+def measure(
+    client: Client, servers: Sequence[Any], args: argparse.Namespace, env: dict[str, str]
+) -> dict[str, Any]:
+    """Reset the servers, run ``client`` under the poller, and analyse what the servers saw."""
+    urls = [s.url for s in servers]
+    for url in urls:
+        common.reset_server(url)
+    with common.CpuAccount([s.process.pid for s in servers]) as cpu, common.Poller(urls) as poller:
+        spawned = time.monotonic()
+        child, stopped = run_child(client.command, env, args.time_limit)
+    warmup = args.max_new_tokens * args.ms_per_token / 1000.0
+    run = Run(poller, spawned, stopped)
+    result = analyse(run, args.prompts, sum(args.slots), args.ms_per_token, warmup)
+    cpus = {"server_cpu_seconds": cpu.servers, "client_process_cpu_seconds": cpu.clients,
+            "others_cpu_seconds": cpu.others}  # fmt: skip
+    return {"client": client.name, **child, **result, **cpus}
+
+
+def run_child(command: list[str], env: dict[str, str], limit: float) -> tuple[dict[str, Any], float | None]:
+    """The child's JSON counters; past ``limit`` seconds it is terminated (SIGTERM) and the stop time
+    returned instead (eagle3_raw then aborts what it has in flight)."""
+    process = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        stopped = time.monotonic()
+        process.terminate()
+        process.communicate()
+        return {"requests": None, "generated_tokens": None, "run_cpu_seconds": None}, stopped
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[:4]} failed ({process.returncode}):\n{err[-3000:]}")
+    return dict(json.loads(out.strip().splitlines()[-1])), None
+
+
+COLUMNS = [
+    "client", "requests", "gen tokens", "1st req s", "window s", "util slots", "util tokens",
+    "tok/s", "whole s", "whole slots", "whole tokens", "queue max", "client CPU s", "server CPU s",
+    "others CPU s",
+]  # fmt: skip
+
+
+def row(r: dict[str, Any]) -> list[Any]:
+    if r["stopped"]:  # what the server completed before the client was stopped
+        name, requests, tokens = f"{r['client']} (stopped)", r["server_completed_requests"], \
+            r["server_completed_tokens"]  # fmt: skip
+    else:
+        name, requests, tokens = r["client"], r["requests"], r["generated_tokens"]
+    return [
+        name, int(requests), int(tokens), r["first_request_s"], r["window_s"],
+        r["util_slots_window"], r["util_tokens_window"], r["tokens_per_s_window"], r["whole_s"],
+        r["util_slots_whole"], r["util_tokens_whole"], int(r["max_queue_depth"]),
+        r["client_process_cpu_seconds"], r["server_cpu_seconds"], r["others_cpu_seconds"],
+    ]  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(eagle3_child(Path(args.child), args.journal)))
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-utilization-") as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        env = common.isolated_env(work)
+        prompts = common.write_prompts(work / "prompts.jsonl", args.prompts)
+        servers = start_servers(stack, args)
+        recipe = common.bench_recipe(prompts, [s.url for s in servers], max_new_tokens=args.max_new_tokens)
+        recipe_path = common.write_recipe(work / "recipe.yaml", recipe)
+        print_header(args)
+        results = []
+        for client in clients(args, recipe_path, work):
+            results.append(measure(client, servers, args, env))
+            print_progress(results[-1], args)
+    print_results(results)
+    common.write_json(args.json, {"machine": common.machine(), "args": vars(args), "results": results})
+
+
+def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> list[Any]:
+    """One capacity-mode reference server per ``--slots`` value."""
+    from eagle3_raw.reference.launch import launch_reference
+
+    timing = ["--ms-per-token", str(args.ms_per_token)]
+    return [stack.enter_context(launch_reference(args=["--slots", str(n), *timing])) for n in args.slots]
+
+
+def print_header(args: argparse.Namespace) -> None:
+    capacity = sum(args.slots) * 1000 / args.ms_per_token
+    slots = " + ".join(map(str, args.slots))
+    print(f"machine: {common.machine()}")
+    print(f"reference server(s) with {slots} slots, {args.ms_per_token:g} ms/token: capacity {capacity:,.0f} "
+          f"tokens/s; {args.prompts:,} prompts, max_new_tokens {args.max_new_tokens}, temperature 0.7, "
+          "thinking on", flush=True)  # fmt: skip
+
+
+def print_progress(result: dict[str, Any], args: argparse.Namespace) -> None:
+    stopped = f" (stopped at the {args.time_limit:g} s limit)" if result["stopped"] else ""
+    window, util = result["window_s"], result["util_slots_window"]
+    print(f"  {result['client']}: window {window:.1f} s, util {util:.3f}{stopped}", flush=True)
+
+
+def print_results(results: list[dict[str, Any]]) -> None:
+    print()
+    common.print_table(COLUMNS, [row(r) for r in results])
+    ratios = (f"{r['client']} {common.cell(r['slot_seconds_per_token'], 4)}" for r in results)
+    print("\nbusy-slot seconds / (completed tokens x T), whole run (1.000 = exact): " + ", ".join(ratios))
+    ours = results[0]
+    measured = [v for v in (ours["util_slots_window"], ours["util_tokens_window"]) if v is not None]
+    verdict = "met" if min(measured) >= TARGET else "NOT met"
+    print(f"target: eagle3_raw >= {TARGET} of capacity in the window: {verdict}")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--prompts", type=int, default=10_000)
+    parser.add_argument("--slots", type=int, nargs="+", default=[256],
+                        help="one reference server (endpoint) per value, with that many slots")  # fmt: skip
+    parser.add_argument("--ms-per-token", type=float, default=5.0)
+    parser.add_argument("--max-new-tokens", type=int, default=2048)
+    parser.add_argument("--baseline-concurrency", type=int, nargs="*", default=[64, 256],
+                        help="baseline requests in flight per endpoint (default: 64 256)")  # fmt: skip
+    parser.add_argument("--time-limit", type=float, default=240.0,
+                        help="seconds per client before it is stopped and cut off (default 240)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="1,000 prompts, 40 s limit: a smoke run")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--journal", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.prompts, args.time_limit = 1_000, 40.0
+    return args
+
+
+if __name__ == "__main__":
+    main()
