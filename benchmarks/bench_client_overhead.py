@@ -24,8 +24,8 @@ and prints its top functions; the profiler slows the client, so the rates of tha
 
 Usage::
 
-    python benchmarks/bench_client_overhead.py              # 20k x 1k-token rows, 40k natural rows
-    python benchmarks/bench_client_overhead.py --quick      # a tenth of that
+    python benchmarks/bench_client_overhead.py              # 20k x 1k-token rows, 40k natural: ~1.5 min
+    python benchmarks/bench_client_overhead.py --quick      # a tenth of that: seconds
     python benchmarks/bench_client_overhead.py --profile    # + the client's cProfile top functions
 """
 
@@ -48,6 +48,7 @@ from typing import Any
 import common
 
 TARGET_TOKENS_PER_S = 1_000_000
+TARGET_SETUP = "1k ignore_eos"
 
 
 @dataclass(frozen=True)
@@ -176,10 +177,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print()
     common.print_table(COLUMNS, [row(r) for r in results])
     for r in results:
-        verdict = "met" if r["tokens_per_s_window"] >= TARGET_TOKENS_PER_S else "NOT met"
-        print(
-            f"target >= {TARGET_TOKENS_PER_S:,} generated tokens/s into the journal, {r['setup']}: {verdict}"
-        )
+        if r["setup"] == TARGET_SETUP:
+            verdict = "met" if r["tokens_per_s_window"] >= TARGET_TOKENS_PER_S else "NOT met"
+            print(
+                f"\ntarget >= {TARGET_TOKENS_PER_S:,} tokens/s into the journal ({TARGET_SETUP}): {verdict}"
+            )
     common.write_json(args.json, {"machine": common.machine(), "args": vars(args), "results": results})
 
 

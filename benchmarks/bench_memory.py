@@ -11,8 +11,8 @@ that is about 1 GB of disk.
 
 Usage::
 
-    python benchmarks/bench_memory.py                   # 10k, 50k, 100k rows: about 5 minutes
-    python benchmarks/bench_memory.py --quick           # 2k and 10k rows
+    python benchmarks/bench_memory.py                   # 10k, 50k, 100k rows: about 3 minutes
+    python benchmarks/bench_memory.py --quick           # 2k and 10k rows: under 30 s
     python benchmarks/bench_memory.py --sizes 200000    # any sizes
 """
 
