@@ -293,13 +293,23 @@ class _Run:
             )
 
     def _make_pool(self, identities: Sequence[sglang.ServerIdentity], down: Sequence[str]) -> EndpointPool:
-        limit = self.recipe.server.max_in_flight or _default_in_flight(identities)
-        endpoints = [Endpoint(url, limit, healthy=url not in down) for url in self.urls]
+        by_url = {identity.url: identity for identity in identities}
+        endpoints = [
+            Endpoint(url, self._in_flight_limit(by_url.get(url), identities), healthy=url not in down)
+            for url in self.urls
+        ]
         pool = EndpointPool(endpoints, self._health, wait_for_server=self.recipe.server.wait_for_server)
         for endpoint in endpoints:
             if not endpoint.healthy:
                 pool.start_probe(endpoint)
         return pool
+
+    def _in_flight_limit(
+        self, identity: sglang.ServerIdentity | None, identities: Sequence[sglang.ServerIdentity]
+    ) -> int:
+        """The recipe's limit, else one from the endpoint's own ``max_running_requests`` (an endpoint
+        that was down at the start gets the largest of the others)."""
+        return self.recipe.server.max_in_flight or _default_in_flight([identity] if identity else identities)
 
     async def _health(self, url: str) -> bool:
         return await sglang.health(self.session, url, self.recipe.server.connect_timeout)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import numpy
 import orjson
 
 from eagle3_raw.errors import (
@@ -221,7 +222,8 @@ def _check_ids(output_ids: list[Any], vocab_size: int, url: str) -> None:
         ids = array("q", output_ids)  # in C: refuses floats, strings and nulls
     except (TypeError, OverflowError) as exc:
         raise InvalidResponse(f"{url} returned a token id that is not an int64 ({exc})", url=url) from exc
-    if ids and (min(ids) < 0 or max(ids) >= vocab_size):
+    values = numpy.frombuffer(ids, dtype=numpy.int64)  # min/max in C too, no Python int per id
+    if len(values) and (values.min() < 0 or values.max() >= vocab_size):
         token = next(t for t in ids if not 0 <= t < vocab_size)
         raise InvalidResponse(
             f"{url} returned token id {token} outside the vocabulary (0..{vocab_size - 1})", url=url
