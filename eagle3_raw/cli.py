@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="recipe YAML file, or the name of a bundled recipe (e.g. demo)")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -56,7 +56,7 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add(
         "--journal-dir",
@@ -73,8 +73,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("build", help="generate a recipe's set into the datasets cache")
-    _add_recipe_arguments(parser)
-    _add_run_arguments(parser)
+    add_recipe_arguments(parser)
+    add_run_arguments(parser)
     _add_output_arguments(parser)
     parser.add_argument(
         "--shard", metavar="I/N",
@@ -92,14 +92,14 @@ def _add_merge(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = sub.add_parser(
         "merge", help="assemble the set from a journal filled by shard builds (sends no request)"
     )
-    _add_recipe_arguments(parser)
+    add_recipe_arguments(parser)
     _add_output_arguments(parser)
     parser.add_argument("--journal-dir", type=Path, help="journal root the shards wrote to")
     parser.add_argument("--force", action="store_true", help="merge even if some shard has not finished")
     parser.set_defaults(handler=_merge)
 
 
-def _run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "journal_dir": args.journal_dir,
         "allow_server_change": args.allow_server_change,
@@ -115,7 +115,7 @@ def _build(args: argparse.Namespace) -> int:
     overrides = parse_set_args(args.overrides)
     if args.shard is not None:
         return _build_shard(args, overrides)
-    return _materialize(args, overrides, _run_kwargs(args))
+    return _materialize(args, overrides, run_kwargs(args))
 
 
 def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
@@ -124,7 +124,7 @@ def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     from eagle3_raw.run import RunOptions, run
 
     shard = Shard.parse(args.shard)
-    options = RunOptions(shard=shard, **_run_kwargs(args))
+    options = RunOptions(shard=shard, **run_kwargs(args))
     result = run(load_recipe(args.recipe, overrides), options)
     print(result.summary.render())
     print(f"shard {shard.index}/{shard.count} is complete; once all {shard.count} are:")
@@ -142,8 +142,8 @@ def _merge(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, overrides)
     if not args.force:
         check_merge_ready(journal_dir_for(recipe, args.journal_dir or journal_root()))
-    run_kwargs = {"journal_dir": args.journal_dir, "generate": False, "progress": "none"}
-    return _materialize(args, overrides, run_kwargs)
+    assemble_only = {"journal_dir": args.journal_dir, "generate": False, "progress": "none"}
+    return _materialize(args, overrides, assemble_only)
 
 
 def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs: dict[str, Any]) -> int:

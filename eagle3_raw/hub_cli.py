@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def add_push(sub: SubParsers) -> argparse.ArgumentParser:
     """Register ``push RECIPE --repo org/name [--tag v1] [--private] [--revision BRANCH] [--set k=v]``."""
-    from eagle3_raw.cli import _add_recipe_arguments, _add_run_arguments
+    from eagle3_raw.cli import add_recipe_arguments, add_run_arguments
 
     parser: argparse.ArgumentParser = sub.add_parser(
         "push",
@@ -27,7 +27,7 @@ def add_push(sub: SubParsers) -> argparse.ArgumentParser:
         "with its prompt files and manifest, update the dataset card, then tag. Credentials: HF_TOKEN "
         "or `hf auth login`.",
     )
-    _add_recipe_arguments(parser)
+    add_recipe_arguments(parser)
     add = parser.add_argument
     add("--repo", required=True, metavar="ORG/NAME", help="dataset repo (created if missing)")
     add("--tag", help="tag the pushed revision (must not exist yet)")
@@ -38,7 +38,7 @@ def add_push(sub: SubParsers) -> argparse.ArgumentParser:
     )
     add("--revision", metavar="BRANCH", help="push to this branch (created from main if missing)")
     add("--cache-dir", type=Path, help="datasets cache folder (default: HF_DATASETS_CACHE)")
-    _add_run_arguments(parser)
+    add_run_arguments(parser)
     parser.set_defaults(handler=run_push)
     return parser
 
@@ -71,13 +71,13 @@ def add_reproduce(sub: SubParsers) -> argparse.ArgumentParser:
 
 def run_push(args: argparse.Namespace) -> int:
     """Handler of ``push``."""
-    from eagle3_raw.cli import _run_kwargs
+    from eagle3_raw.cli import run_kwargs
     from eagle3_raw.hub import push
     from eagle3_raw.recipe import parse_set_args
 
     result = push(
         args.recipe, args.repo, tag=args.tag, private=args.private, revision=args.revision,
-        overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir, run_options=_run_kwargs(args),
+        overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir, run_options=run_kwargs(args),
     )  # fmt: skip
     print(result.render())
     return 0
