@@ -133,7 +133,6 @@ def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from eagle3_raw.journal import journal_root
     from eagle3_raw.recipe import load_recipe, parse_set_args
     from eagle3_raw.run import journal_dir_for
     from eagle3_raw.shards import check_merge_ready
@@ -141,7 +140,7 @@ def _merge(args: argparse.Namespace) -> int:
     overrides = parse_set_args(args.overrides)
     recipe = load_recipe(args.recipe, overrides)
     if not args.force:
-        check_merge_ready(journal_dir_for(recipe, args.journal_dir or journal_root()))
+        check_merge_ready(journal_dir_for(recipe, args.journal_dir))
     assemble_only = {"journal_dir": args.journal_dir, "generate": False, "progress": "none"}
     return _materialize(args, overrides, assemble_only)
 
