@@ -10,7 +10,7 @@ Keyword arguments other than ``recipe`` are recipe overrides (``sampling={"tempe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,16 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         assert self.config.recipe is not None
         return self.config.recipe
 
+    def download_and_prepare(self, *args: Any, **kwargs: Any) -> None:
+        """As ``datasets``', except that a run that must change the set rebuilds the cached one:
+        ``retry_failed`` (rows may be added) and ``generate=False`` (``merge``: the journal may hold
+        rows the cached set does not). Otherwise a cached set is reused and nothing is sent."""
+        options = self.config.run_options
+        if options.retry_failed or not options.generate:
+            kwargs["download_mode"] = datasets.DownloadMode.FORCE_REDOWNLOAD
+            kwargs["verification_mode"] = datasets.VerificationMode.NO_CHECKS  # the row count may change
+        super().download_and_prepare(*args, **kwargs)
+
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(
             description=self.recipe.description or f"EAGLE-3 raw-token rows from recipe {self.recipe.name}",
@@ -123,6 +133,47 @@ def _no_rows_message(stats: dict[str, Any], recipe: Recipe, journal_dir: Path) -
     )
 
 
+@dataclass(frozen=True)
+class Built:
+    """A built set, where its journal is, and the run that generated it (None: reused from the cache)."""
+
+    dataset: datasets.Dataset
+    journal_dir: Path
+    run_result: RunResult | None
+    cache_dir: str
+
+    @property
+    def generated(self) -> bool:
+        return self.run_result is not None
+
+
+def build(
+    recipe: str | Path | Mapping[str, Any] | Recipe,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    cache_dir: Path | None = None,
+    run_options: Mapping[str, Any] | None = None,
+) -> Built:
+    """Build ``recipe``'s set into the ``datasets`` cache, or reuse it (then no request is sent)."""
+    from eagle3_raw.registry import register
+
+    register()
+    options = dict(run_options or {})
+    builder = datasets.load_dataset_builder(
+        "eagle3_raw", recipe=recipe, cache_dir=str(cache_dir) if cache_dir else None, **dict(overrides or {}),
+        **options,
+    )  # fmt: skip
+    with our_errors():
+        builder.download_and_prepare()
+    result = builder.run_result
+    journal = (
+        result.journal_dir
+        if result is not None
+        else journal_dir_for(builder.recipe, options.get("journal_dir"))
+    )
+    return Built(builder.as_dataset(split="train"), Path(journal), result, str(builder.cache_dir))
+
+
 @contextlib.contextmanager
 def our_errors() -> Iterator[None]:
     """Re-raise an eagle3_raw error that ``datasets`` wrapped in ``DatasetGenerationError``."""
@@ -141,4 +192,12 @@ def _run_options(values: dict[str, Any]) -> RunOptions:
     return RunOptions(**values)
 
 
-__all__ = ["Eagle3Raw", "Eagle3RawConfig", "journal_dir_for", "journal_tables", "our_errors"]
+__all__ = [
+    "Built",
+    "Eagle3Raw",
+    "Eagle3RawConfig",
+    "build",
+    "journal_dir_for",
+    "journal_tables",
+    "our_errors",
+]

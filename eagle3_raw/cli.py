@@ -8,9 +8,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import Eagle3RawError, Interrupted
+
+if TYPE_CHECKING:
+    import datasets
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -155,33 +158,19 @@ def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs
 
 
 def build_dataset(
-    recipe: str, overrides: dict[str, Any], run_kwargs: dict[str, Any], *, cache_dir: Path | None = None
-) -> tuple[Any, str]:
+    recipe: str, overrides: dict[str, Any], run_options: dict[str, Any], *, cache_dir: Path | None = None
+) -> tuple[datasets.Dataset, str]:
     """Build (or reuse) the set in the ``datasets`` cache; returns it and a printable summary."""
-    import datasets
+    from eagle3_raw.builder import build
 
-    from eagle3_raw.registry import register
-
-    register()
-    builder = datasets.load_dataset_builder(
-        "eagle3_raw",
-        recipe=recipe,
-        cache_dir=str(cache_dir) if cache_dir else None,
-        **overrides,
-        **run_kwargs,
-    )
-    from eagle3_raw.builder import our_errors
-
-    with our_errors():
-        builder.download_and_prepare()
-    dataset = builder.as_dataset(split="train")
-    if builder.run_result is not None:
-        return dataset, builder.run_result.summary.render()
-    cached = f"loaded from the datasets cache (no request sent): {len(dataset):,} rows"
-    return dataset, f"{cached}\ncache             {builder.cache_dir}"
+    built = build(recipe, overrides=overrides, cache_dir=cache_dir, run_options=run_options)
+    if built.run_result is not None:
+        return built.dataset, built.run_result.summary.render()
+    cached = f"loaded from the datasets cache (no request sent): {len(built.dataset):,} rows"
+    return built.dataset, f"{cached}\ncache             {built.cache_dir}"
 
 
-def write_parquet(dataset: Any, output_dir: Path, name: str) -> Path:
+def write_parquet(dataset: datasets.Dataset, output_dir: Path, name: str) -> Path:
     """Write the set as ``<output_dir>/<name>.parquet``."""
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / f"{name}.parquet"

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.errors import PromptFormatError, RecipeError, RowError
+from eagle3_raw.errors import PromptFormatError, PromptTooLong, RecipeError, RowError
+from eagle3_raw.render import generation_points
 from eagle3_raw.rows import RowKey, row_id
 
 if TYPE_CHECKING:
@@ -121,12 +122,16 @@ def plan_jobs(
 def _conversation_jobs(
     conv: Conversation, renderer: Renderer, recipe: Recipe, exclude: Set[RowKey], limits: Limits
 ) -> Iterator[Job | Skip]:
+    samples = recipe.sampling.samples_per_prompt
+    points = generation_points(conv.messages, recipe.turns)
+    wanted = {p for p in points if any(RowKey(conv.index, p, s) not in exclude for s in range(samples))}
+    if points and not wanted:
+        return  # every row of this conversation is done: no rendering on a resume
     try:
-        turns = renderer.render(conv)
+        turns = renderer.render(conv, only=wanted)
     except PromptFormatError as exc:
         yield Skip.from_error(RowKey(conv.index, WHOLE_ROW, WHOLE_ROW), exc)
         return
-    samples = recipe.sampling.samples_per_prompt
     for turn in turns:
         keys = [RowKey(conv.index, turn.turn, s) for s in range(samples)]
         todo = [k for k in keys if k not in exclude]
@@ -134,7 +139,7 @@ def _conversation_jobs(
         for key in todo:
             rid = row_id(conv.source_id, key.turn, key.sample)
             if too_long:
-                yield Skip(key, rid, "skipped", too_long)
+                yield Skip.from_error(key, PromptTooLong(too_long, row_id=rid))
             else:
                 params = _params(recipe, conv.source_id, key, len(turn.prompt_ids), limits)
                 yield Job(key, conv.source_id, turn.prompt_ids, params)

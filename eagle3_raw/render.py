@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,8 +94,8 @@ class Renderer:
             ids |= _eos_ids_in(self._model_file(name))
         return frozenset(ids)
 
-    def render(self, conv: Conversation) -> list[PromptTurn]:
-        """One :class:`PromptTurn` per generation point, in message order.
+    def render(self, conv: Conversation, only: Container[int] | None = None) -> list[PromptTurn]:
+        """One :class:`PromptTurn` per generation point (those in ``only``, if given), in message order.
 
         Raises :class:`PromptFormatError` when the template refuses the conversation or it has no
         generation point (a single assistant message).
@@ -104,7 +104,8 @@ class Renderer:
         if not points:
             message = f"row {conv.source_id!r}: nothing to generate (no message before the assistant turn)"
             raise PromptFormatError(message, row_id=conv.source_id, index=conv.index)
-        return [PromptTurn(conv.index, conv.source_id, p, self._prompt_ids(conv, p)) for p in points]
+        wanted = [p for p in points if only is None or p in only]
+        return [PromptTurn(conv.index, conv.source_id, p, self._prompt_ids(conv, p)) for p in wanted]
 
     def prompt_text(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None

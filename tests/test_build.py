@@ -241,3 +241,17 @@ def test_a_server_with_an_api_key_refuses_a_recipe_without_one(chats: Path) -> N
         with pytest.raises(FatalError, match=r"401.*api_key_env"):
             _load(recipe, chats)
     assert generations(ledger) == []
+
+
+def test_retry_failed_rebuilds_the_cached_set(chats: Path) -> None:
+    with reference_server(chats, "--faults", "http500=0.5", "--fault-seed", "1") as (server, _):
+        sampling = {"samples_per_prompt": 4}
+        recipe = write_recipe(chats, endpoints=[server.url], server={"max_retries": 0}, sampling=sampling)
+        partial = _load(recipe, chats)
+    with reference_server(chats) as (server, ledger):
+        healthy = {"server.endpoints": [server.url]}
+        assert len(_load(recipe, chats, **healthy)) == len(partial)  # cached; failures not retried
+        assert generations(ledger) == []
+        full = _load(recipe, chats, retry_failed=True, **healthy)
+    assert len(partial) < len(full) == 4 * len(CHATS)
+    assert set(partial["id"]) < set(full["id"])

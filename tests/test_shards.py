@@ -81,6 +81,14 @@ def test_merge_refuses_an_incomplete_journal(tmp_path: Path) -> None:
     forced = _cli("merge", str(recipe), "--journal-dir", str(tmp_path / "j"), "--force",
                   "--cache-dir", str(tmp_path / "c"))  # fmt: skip
     assert forced.returncode == 0 and "rows              2" in forced.stdout
+    with reference_server(tmp_path) as (server, _):
+        other = _cli("build", str(recipe), "--shard", "0/2", "--quiet", "--journal-dir", str(tmp_path / "j"),
+                     "--set", f"server.endpoints=[{server.url}]")  # fmt: skip
+        assert other.returncode == 0, other.stderr[-2000:]
+    merged = _cli(
+        "merge", str(recipe), "--journal-dir", str(tmp_path / "j"), "--cache-dir", str(tmp_path / "c")
+    )
+    assert merged.returncode == 0 and "rows              4" in merged.stdout  # not the stale 2-row set
 
 
 def test_shard_split_is_deterministic_and_disjoint() -> None:

@@ -30,13 +30,14 @@ published, the credential check), :mod:`.manifest`, :mod:`.pushing` (the steps a
 :mod:`.reproducing` and :mod:`.comparison`. Import from here; the modules are the package's own.
 """
 
+from eagle3_raw.builder import Built, build
 from eagle3_raw.hub.client import NO_CREDENTIALS, check_repo_id, hub_errors, parse_repo_ref, resolve_token
 from eagle3_raw.hub.comparison import Comparison, RowDifference, compare, first_differences, row_hashes
 from eagle3_raw.hub.manifest import build_manifest
 from eagle3_raw.hub.published import PublishedRecipe, check_no_secrets, publish_recipe
 from eagle3_raw.hub.pushing import PushResult, prepare_repo, publish, push
 from eagle3_raw.hub.reproducing import choose_config, fetch_recipe, reproduce
-from eagle3_raw.hub.sets import Built, SetScan, build, scan_set
+from eagle3_raw.hub.sets import SetScan, scan_set
 from eagle3_raw.redact import is_secret_name, public_url, scrub, scrub_args, scrub_text
 
 __all__ = [

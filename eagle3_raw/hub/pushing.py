@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw import card as cards
+from eagle3_raw.builder import Built, build
 from eagle3_raw.errors import HubError
 from eagle3_raw.hub.client import check_repo_id, hub_api, hub_errors, resolve_token, status
 from eagle3_raw.hub.manifest import build_manifest
@@ -26,7 +27,7 @@ from eagle3_raw.hub.published import (
     publish_recipe,
     upload_secrets,
 )
-from eagle3_raw.hub.sets import Built, SetScan, build, scan_set
+from eagle3_raw.hub.sets import SetScan, scan_set
 from eagle3_raw.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:

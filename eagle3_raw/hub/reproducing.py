@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from eagle3_raw.builder import build
 from eagle3_raw.errors import HubError
 from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
 from eagle3_raw.hub.comparison import Comparison, compare
-from eagle3_raw.hub.sets import build
 from eagle3_raw.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eagle3_raw import card as cards
-from eagle3_raw.recipe import Recipe
 
 if TYPE_CHECKING:
     import datasets
@@ -21,43 +19,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 _BATCH = 4096
-
-
-@dataclass(frozen=True)
-class Built:
-    """A built set, where its journal is, and whether this call generated it."""
-
-    dataset: datasets.Dataset
-    journal_dir: Path
-    generated: bool
-
-
-def build(
-    recipe: Recipe, *, cache_dir: Path | None = None, run_options: Mapping[str, Any] | None = None
-) -> Built:
-    """Build ``recipe``'s set, or reuse it from the ``datasets`` cache (then no request is sent).
-
-    ``run_options`` are the builder's run options (``journal_dir``, ``progress``, ...).
-    """
-    import datasets
-
-    from eagle3_raw.builder import our_errors
-    from eagle3_raw.registry import register
-    from eagle3_raw.run import journal_dir_for
-
-    register()
-    options = dict(run_options or {})
-    builder = datasets.load_dataset_builder(
-        "eagle3_raw", recipe=recipe, cache_dir=str(cache_dir) if cache_dir else None, **options
-    )
-    with our_errors():
-        builder.download_and_prepare()
-    dataset = builder.as_dataset(split="train")
-    result = builder.run_result
-    journal = (
-        result.journal_dir if result is not None else journal_dir_for(recipe, options.get("journal_dir"))
-    )
-    return Built(dataset, Path(journal), result is not None)
 
 
 def arrow_batches(dataset: datasets.Dataset, columns: Sequence[str]) -> Iterator[pa.Table]:
