@@ -33,8 +33,6 @@ class Endpoint:
     in_flight: int = 0
     healthy: bool = True
     consecutive_failures: int = 0
-    completed: int = 0
-    failures: int = 0
 
     @property
     def room(self) -> int:
@@ -66,10 +64,6 @@ class EndpointPool:
     def capacity(self) -> int:
         """Total in-flight limit over all endpoints."""
         return sum(e.limit for e in self.endpoints)
-
-    @property
-    def in_flight(self) -> int:
-        return sum(e.in_flight for e in self.endpoints)
 
     async def acquire(self, preferred: Endpoint | None = None) -> Endpoint:
         """A slot on an endpoint (``preferred`` if it has room); waits while every healthy one is full."""
@@ -109,14 +103,12 @@ class EndpointPool:
         async with self._changed:
             endpoint.in_flight -= 1
             if ok:
-                endpoint.completed += 1
                 endpoint.consecutive_failures = 0
             elif endpoint_fault:
                 self._count_failure(endpoint)
             self._changed.notify_all()
 
     def _count_failure(self, endpoint: Endpoint) -> None:
-        endpoint.failures += 1
         endpoint.consecutive_failures += 1
         if endpoint.healthy and endpoint.consecutive_failures >= self._failure_threshold:
             endpoint.healthy = False

@@ -37,7 +37,8 @@ class RequestTimeout(RetryableError):
 
 
 class ServerBusy(RetryableError):
-    """HTTP 5xx or 429: the server could not take the request now."""
+    """The server could not take the request now: HTTP 5xx, 429, or a 400 "Duplicate request ID"
+    (a previous attempt with that rid still running; the retry has a new rid)."""
 
     def __init__(self, message: str, *, url: str = "", status: int = 503) -> None:
         super().__init__(message, url=url)
@@ -84,7 +85,8 @@ class PromptTooLong(RowError):
 
 
 class RequestRejected(RowError):
-    """The server refused the request for good (HTTP 400 or another non-retryable 4xx)."""
+    """The server refused the request for good (HTTP 400 or another non-retryable 4xx), or answered
+    for a prompt other than the one sent (``prompt_tokens`` differs: the server truncated it)."""
 
     def __init__(self, message: str, *, row_id: str = "", status: int = 400, url: str = "") -> None:
         super().__init__(message, row_id=row_id)

@@ -118,10 +118,6 @@ class SamplingConfig:
     samples_per_prompt: int = 1
     seed: int = 0
 
-    @property
-    def max_new_tokens(self) -> int:
-        return int(self.params["max_new_tokens"])
-
     def request_params(self) -> dict[str, Any]:
         """The ``sampling_params`` every request carries (before its ``sampling_seed``)."""
         return {**SGLANG_SAMPLING_DEFAULTS, **self.params}
@@ -180,6 +176,8 @@ def load_recipe(
     (``{"sampling": {"temperature": 0}}``, merged into the section).
     """
     if isinstance(source, Recipe):
+        if not overrides:
+            return source  # already validated and fingerprinted: no second pass over the files
         raw, base_dir = recipe_to_dict(source), source.base_dir
     elif isinstance(source, Mapping):
         raw, base_dir = copy.deepcopy(dict(source)), Path.cwd()
@@ -335,7 +333,12 @@ def _endpoints(value: Any) -> tuple[str, ...]:
     for url in items:
         if not re.match(r"^https?://[^/\s]+", url):
             raise RecipeError("server.endpoints", url, "expected an http:// or https:// URL")
-    return tuple(url.rstrip("/") for url in items)
+    urls = tuple(url.rstrip("/") for url in items)
+    if len(set(urls)) != len(urls):
+        raise RecipeError(
+            "server.endpoints", list(items), "expected each URL once (in-flight limits are per URL)"
+        )
+    return urls
 
 
 def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:

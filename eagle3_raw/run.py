@@ -75,6 +75,12 @@ class RunOptions:
     generate: bool = True
     """False: send nothing; the set is assembled from what the journal holds (``eagle3-raw merge``)."""
 
+    def __post_init__(self) -> None:
+        if self.progress not in ("bar", "log", "none"):
+            raise RecipeError("progress", self.progress, "expected one of: bar, log, none")
+        if self.log_interval <= 0:
+            raise RecipeError("log_interval", self.log_interval, "expected a positive number of seconds")
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -151,6 +157,7 @@ class _Run:
         self._tasks: set[asyncio.Task[None]] = set()
         self._rid_prefix = uuid.uuid4().hex[:8]  # unique per run; the counter, per attempt
         self._rid_counter = itertools.count()
+        self._probe: tuple[str, list[int]] | None = None
 
     def interrupted_message(self) -> str:
         return (
@@ -166,6 +173,7 @@ class _Run:
         ) as s:
             self.session = s
             identities, down = await self._connect()
+            self.identity = identities[0]
             await self._check_tokenizers(identities)
             with self._open_journal(identities[0]) as journal:
                 self.journal = journal
@@ -198,20 +206,25 @@ class _Run:
         return identities, [url for url, _ in errors]
 
     async def _check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
-        probe = tokenizer_probe(self.renderer)
-        ours = self.renderer.tokenizer.encode(probe, add_special_tokens=False, verbose=False)
         for identity in identities:
-            try:
-                theirs = await sglang.tokenize(
-                    self.session, identity.url, probe, self.recipe.server.connect_timeout
-                )
-            except (RowError, RetryableError, ServerUnreachable) as exc:
-                log.warning("cannot check the tokenizer of %s through /tokenize (%s)", identity.url, exc)
-                continue
-            if list(theirs) != list(ours):
-                raise ServerMismatch(
-                    _tokenizer_mismatch(identity.url, self.recipe.model.tokenizer, ours, theirs)
-                )
+            await self._check_tokenizer(identity.url)
+
+    async def _check_tokenizer(self, url: str) -> None:
+        """ServerMismatch unless ``url``'s ``/tokenize`` agrees with our tokenizer on a probe text."""
+        if self._probe is None:
+            text = tokenizer_probe(self.renderer)
+            self._probe = (
+                text,
+                self.renderer.tokenizer.encode(text, add_special_tokens=False, verbose=False),
+            )
+        text, ours = self._probe
+        try:
+            theirs = await sglang.tokenize(self.session, url, text, self.recipe.server.connect_timeout)
+        except (RowError, RetryableError, ServerUnreachable) as exc:
+            log.warning("cannot check the tokenizer of %s through /tokenize (%s)", url, exc)
+            return
+        if list(theirs) != list(ours):
+            raise ServerMismatch(_tokenizer_mismatch(url, self.recipe.model.tokenizer, ours, theirs))
 
     def _open_journal(self, identity: sglang.ServerIdentity) -> Journal:
         from eagle3_raw.journal import Journal
@@ -270,6 +283,7 @@ class _Run:
             raise
         finally:
             await self._cancel([*workers, ticker])
+            await asyncio.gather(*self._tasks, return_exceptions=True)  # aborts after timeouts (<= 2 s)
             await self.pool.close()
             self.display.update(self.stats, self.pool.endpoints)
             self.display.stop()
@@ -298,7 +312,7 @@ class _Run:
             Endpoint(url, self._in_flight_limit(by_url.get(url), identities), healthy=url not in down)
             for url in self.urls
         ]
-        pool = EndpointPool(endpoints, self._health, wait_for_server=self.recipe.server.wait_for_server)
+        pool = EndpointPool(endpoints, self._readmit, wait_for_server=self.recipe.server.wait_for_server)
         for endpoint in endpoints:
             if not endpoint.healthy:
                 pool.start_probe(endpoint)
@@ -311,8 +325,20 @@ class _Run:
         that was down at the start gets the largest of the others)."""
         return self.recipe.server.max_in_flight or _default_in_flight([identity] if identity else identities)
 
-    async def _health(self, url: str) -> bool:
-        return await sglang.health(self.session, url, self.recipe.server.connect_timeout)
+    async def _readmit(self, url: str) -> bool:
+        """Whether an endpoint that was out may take requests: it answers ``/health`` and is the same
+        server as the run's (model, weight and SGLang version, tokenizer), checked every time."""
+        timeout = self.recipe.server.connect_timeout
+        if not await sglang.health(self.session, url, timeout):
+            return False
+        try:
+            identity = await sglang.server_identity(self.session, url, timeout)
+            _check_same_model([self.identity, identity])
+            await self._check_tokenizer(url)
+        except (ServerUnreachable, ServerMismatch, RetryableError, RowError) as exc:
+            log.warning("endpoint %s answers /health but stays out: %s", url, exc)
+            return False
+        return True
 
     def _produce(self, feed: _JobFeed, loop: asyncio.AbstractEventLoop, exclude: set[Any]) -> None:
         """Producer thread: plan jobs in canonical order and hand them to the loop in chunks."""
@@ -364,7 +390,8 @@ class _Run:
             except RowError as exc:
                 exc.row_id = job.row_id
                 return self._record_skip(Skip.from_error(job.key, exc))
-        reason = f"{self.recipe.server.max_retries + 1} attempts failed; last: {last}"
+        attempts = self.recipe.server.max_retries + 1
+        reason = f"{attempts} attempt{'s' if attempts > 1 else ''} failed; last: {last}"
         self._record_skip(Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id)))
 
     async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:

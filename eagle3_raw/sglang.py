@@ -132,7 +132,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: bytes, timeout: 
                 return response.status, await response.read()
     except TimeoutError as exc:
         raise RequestTimeout(f"no response from {url} within {timeout:g} s", url=url) from exc
-    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+    except aiohttp.ClientError as exc:  # refused, reset, malformed HTTP: all worth another try
         raise ConnectError(f"connection to {url} failed: {exc or type(exc).__name__}", url=url) from exc
 
 
@@ -254,7 +254,10 @@ async def get_json(session: aiohttp.ClientSession, url: str, timeout: float) -> 
         raise ServerUnreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
     if response.status != 200:
         raise _http_error(response.status, payload, url)
-    return orjson.loads(payload)
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise ServerUnreachable(f"{url} did not answer JSON: is it an SGLang server?") from exc
 
 
 async def health(session: aiohttp.ClientSession, url: str, timeout: float) -> bool:
@@ -329,7 +332,7 @@ async def tokenize(session: aiohttp.ClientSession, url: str, text: str, timeout:
     status, payload = await _post(session, f"{url}/tokenize", body, timeout)
     if status != 200:
         raise _http_error(status, payload, url)
-    tokens = orjson.loads(payload).get("tokens")
+    tokens = _decode_object(payload, f"{url}/tokenize").get("tokens")
     if not isinstance(tokens, list):
         raise InvalidResponse(f"{url}/tokenize returned no token list", url=url)
     return tokens

@@ -24,6 +24,7 @@ import eagle3_raw
 from eagle3_raw.errors import ServerMismatch, ServerUnreachable
 from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.reference.launch import launch_reference
 from eagle3_raw.run import RunOptions, journal_dir_for, run
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 
@@ -293,3 +294,30 @@ def test_with_every_endpoint_down_the_run_waits_for_one_then_gives_up_clearly(tm
 def _kill_after(server: Any, ledger: Path, count: int) -> None:
     _wait_for(lambda: len(generations(ledger)) >= count)
     server.kill()
+
+
+def test_an_endpoint_that_comes_back_as_another_model_stays_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _prompts(tmp_path, 200)
+    slow = ("--slots", "4", "--ms-per-token", "1")
+    with (
+        reference_server(tmp_path, *slow) as (a, _),
+        reference_server(tmp_path, *slow) as (b, ledger_b),
+    ):
+        recipe = load_recipe(write_recipe(tmp_path, endpoints=[a.url, b.url]))
+        impostors: list[Any] = []
+
+        def swap() -> None:  # b dies mid-run; another model comes up on its port
+            _wait_for(lambda: len(generations(ledger_b)) >= 5)
+            b.kill()
+            time.sleep(0.5)
+            impostors.append(launch_reference(port=b.port, args=["--served-model-name", "impostor", *slow]))
+
+        swapper = threading.Thread(target=swap)
+        swapper.start()
+        result = run(recipe, RunOptions(journal_dir=tmp_path / "journals", progress="none"))
+        swapper.join()
+        impostors[0].stop()
+    assert result.summary.rows == 200 and not result.summary.failed
+    assert "stays out" in caplog.text and "impostor" in caplog.text
