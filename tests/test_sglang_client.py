@@ -162,3 +162,24 @@ def test_error_message_reads_all_three_sglang_shapes() -> None:
     assert sglang.error_message(b'{"error": {"message": "b"}}') == "b"
     assert sglang.error_message(b'{"object": "error", "message": "c", "code": 503}') == "c"
     assert sglang.error_message(b"plain text") == "plain text"
+
+
+async def test_a_web_page_instead_of_sglang_is_named_clearly() -> None:
+    app = web.Application()
+    page = web.Response(text="<html>dashboard</html>", content_type="text/html")
+    for path in ("/model_info", "/server_info", "/v1/models"):
+        app.router.add_get(path, lambda _request, page=page: _page(page))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with sglang.new_session(connect_timeout=2, api_key=None) as session:
+            with pytest.raises(ServerUnreachable, match=r"did not answer JSON: is it an SGLang server"):
+                await sglang.server_identity(session, url, 2)
+    finally:
+        await runner.cleanup()
+
+
+async def _page(page: web.Response) -> web.Response:
+    return web.Response(text=page.text, content_type="text/html")
