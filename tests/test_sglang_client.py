@@ -166,9 +166,8 @@ def test_error_message_reads_all_three_sglang_shapes() -> None:
 
 async def test_a_web_page_instead_of_sglang_is_named_clearly() -> None:
     app = web.Application()
-    page = web.Response(text="<html>dashboard</html>", content_type="text/html")
     for path in ("/model_info", "/server_info", "/v1/models"):
-        app.router.add_get(path, lambda _request, page=page: _page(page))
+        app.router.add_get(path, _page)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -181,5 +180,5 @@ async def test_a_web_page_instead_of_sglang_is_named_clearly() -> None:
         await runner.cleanup()
 
 
-async def _page(page: web.Response) -> web.Response:
-    return web.Response(text=page.text, content_type="text/html")
+async def _page(request: web.Request) -> web.Response:
+    return web.Response(text="<html>dashboard</html>", content_type="text/html")
