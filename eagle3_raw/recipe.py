@@ -47,14 +47,29 @@ SGLANG_SAMPLING_DEFAULTS: Mapping[str, Any] = {
     "min_new_tokens": 0,
 }
 
-#: Every other key SGLang 0.5.23 accepts in ``sampling_params`` that a recipe may set.
-SGLANG_OPTIONAL_SAMPLING_KEYS = frozenset(
-    {
-        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "json_schema", "regex", "ebnf",
-        "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-        "no_stop_trim", "logit_bias", "custom_params", "beam_width", "watermark",
-    }
-)  # fmt: skip
+#: SGLang 0.5.23 defaults of every other ``sampling_params`` key a recipe may set (sent only when
+#: written). ``max_new_tokens`` has no entry: a recipe must give it (the 128 default truncates).
+SGLANG_OPTIONAL_SAMPLING_DEFAULTS: Mapping[str, Any] = {
+    "stop": None,
+    "stop_token_ids": None,
+    "stop_regex": None,
+    "json_schema": None,
+    "regex": None,
+    "ebnf": None,
+    "structural_tag": None,
+    "ignore_eos": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "no_stop_trim": False,
+    "logit_bias": None,
+    "custom_params": None,
+    "beam_width": None,
+    "watermark": None,
+}
+
+#: Every key SGLang 0.5.23 accepts in ``sampling_params`` that a recipe may set, beyond the defaults
+#: sent on every request.
+SGLANG_OPTIONAL_SAMPLING_KEYS = frozenset({"max_new_tokens", *SGLANG_OPTIONAL_SAMPLING_DEFAULTS})
 
 #: Keys SGLang accepts but eagle3_raw sets itself or must not send, with the reason.
 MANAGED_SAMPLING_KEYS: Mapping[str, str] = {
@@ -370,6 +385,8 @@ def _check_sampling_key(key: str) -> None:
 
 
 def _check_sampling_value(key: str, value: Any) -> None:
+    if value is None and key in SGLANG_OPTIONAL_SAMPLING_DEFAULTS:
+        return  # SGLang reads null as "use the default", as if the key were left out
     check = _SAMPLING_CHECKS.get(key)
     if check is not None and not check[0](value):
         raise RecipeError(f"sampling.{key}", value, check[1])
@@ -529,13 +546,28 @@ def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
 
 
 def _canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    result = dict(params)
+    """``params`` with every SGLang default resolved: optional keys left at their default dropped."""
+    result = {k: v for k, v in params.items() if not _is_optional_default(k, v)}
     if result.get("top_k") == -1:
         result["top_k"] = SGLANG_SAMPLING_DEFAULTS["top_k"]
     for key, value in result.items():
         if isinstance(value, int) and not isinstance(value, bool) and key in _FLOAT_KEYS:
             result[key] = float(value)
     return result
+
+
+def _is_optional_default(key: str, value: Any) -> bool:
+    """True when sending ``value`` for optional ``key`` means the same to SGLang as leaving it out.
+
+    Null, ``[]`` and ``{}`` are unset. An empty *string* is not: ``stop: ""`` or ``regex: ""`` changes
+    the output. Types must match too (``0`` is not ``false``; SGLang refuses it).
+    """
+    if key not in SGLANG_OPTIONAL_SAMPLING_DEFAULTS:
+        return False
+    if value is None or (isinstance(value, (list, dict)) and not value):
+        return True
+    default = SGLANG_OPTIONAL_SAMPLING_DEFAULTS[key]
+    return type(value) is type(default) and value == default
 
 
 _FLOAT_KEYS = frozenset(

@@ -95,6 +95,35 @@ def test_fingerprint_ignores_transport_and_resolves_defaults(recipe_dir: Path) -
     )
     explicit_defaults = _load(recipe_dir, sampling__top_p=1.0, sampling__top_k=-1, sampling__min_p=0)
     assert base.fingerprint == transport.fingerprint == explicit_defaults.fingerprint
+    for key, value in _SPELLED_OUT_DEFAULTS:
+        spelled = load_recipe(recipe_dir / "r.yaml", {f"sampling.{key}": value})
+        assert spelled.fingerprint == base.fingerprint, f"sampling.{key}: {value!r}"
+    not_default = load_recipe(recipe_dir / "r.yaml", {"sampling.ignore_eos": True})
+    assert not_default.fingerprint != base.fingerprint
+
+
+_SPELLED_OUT_DEFAULTS: list[tuple[str, Any]] = [
+    ("ignore_eos", False),
+    ("skip_special_tokens", True),
+    ("spaces_between_special_tokens", True),
+    ("no_stop_trim", False),
+    ("min_new_tokens", 0),
+    ("stop", []),
+    ("stop", None),
+    ("stop_token_ids", []),
+    ("stop_token_ids", None),
+    ("stop_regex", []),
+    ("stop_regex", None),
+    ("logit_bias", None),
+    ("logit_bias", {}),
+    ("json_schema", None),
+    ("regex", None),
+    ("ebnf", None),
+    ("structural_tag", None),
+    ("custom_params", None),
+    ("beam_width", None),
+    ("watermark", None),
+]
 
 
 @pytest.mark.parametrize(
@@ -108,6 +137,15 @@ def test_fingerprint_ignores_transport_and_resolves_defaults(recipe_dir: Path) -
         {"on_truncation": "drop"},
         {"prompts__limit": 10},
         {"model__chat_template_kwargs": {"enable_thinking": False}},
+        {"sampling__ignore_eos": True},
+        {"sampling__skip_special_tokens": False},
+        {"sampling__no_stop_trim": True},
+        {"sampling__min_new_tokens": 1},
+        {"sampling__stop": ""},
+        {"sampling__stop": ["</s>"]},
+        {"sampling__stop_token_ids": [2]},
+        {"sampling__stop_regex": [""]},
+        {"sampling__logit_bias": {"5": 1.0}},
     ],
 )
 def test_fingerprint_changes_with_data_changing_fields(recipe_dir: Path, changes: dict[str, Any]) -> None:
