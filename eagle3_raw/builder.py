@@ -10,6 +10,7 @@ Keyword arguments other than ``recipe`` are recipe overrides (``sampling={"tempe
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,13 +125,25 @@ def journal_tables(journal_dir: Path, recipe: Recipe) -> Iterator[tuple[Any, pa.
 
 
 def _no_rows_message(stats: dict[str, Any], recipe: Recipe, journal_dir: Path) -> str:
+    """Why the set is empty: counts, then the most common skip/fail reasons (each names its row)."""
     failures = stats["failures"]
     return (
         f"recipe {recipe.name!r} produced no rows: {stats['rows']} generated"
         + (" (all ended on length and on_truncation is drop)" if recipe.on_truncation == "drop" else "")
         + f", {sum(failures.get('skipped', {}).values())} skipped, {sum(failures.get('failed', {}).values())}"
-        f" failed; reasons are in the journal {journal_dir}"
+        f" failed; reasons are in the journal {journal_dir}" + _top_failures(failures)
     )
+
+
+def _top_failures(failures: Mapping[str, Mapping[str, int]], most: int = 5) -> str:
+    """Up to ``most`` lines ``  N x <kind>: <reason>``, most common first, and how many are not shown."""
+    counts = Counter(
+        {f"{kind}: {reason}": n for kind, reasons in failures.items() for reason, n in reasons.items()}
+    )
+    top = counts.most_common(most)
+    shown = "".join(f"\n  {n:>6,} x {reason}" for reason, n in top)
+    more = len(counts) - len(top)
+    return shown + (f"\n  ... and {more} other reasons" if more > 0 else "")
 
 
 @dataclass(frozen=True)

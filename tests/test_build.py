@@ -255,3 +255,15 @@ def test_retry_failed_rebuilds_the_cached_set(chats: Path) -> None:
         full = _load(recipe, chats, retry_failed=True, **healthy)
     assert len(partial) < len(full) == 4 * len(CHATS)
     assert set(partial["id"]) < set(full["id"])
+
+
+def test_no_rows_error_names_the_skipped_rows_and_why(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "prompts.jsonl", [{"id": "bad-1", "title": "no messages here"}])
+    with reference_server(tmp_path) as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url])
+        with pytest.raises(FatalError) as info:
+            _load(recipe, tmp_path)
+    assert generations(ledger) == []
+    message = str(info.value)
+    assert "1 skipped" in message
+    assert "row 'bad-1'" in message and "messages" in message.split("bad-1", 1)[1]
