@@ -346,6 +346,29 @@ def test_a_repo_you_cannot_write_is_a_clear_error(
     assert not any("/commit/" in r.path for r in emulator.requests)
 
 
+@pytest.mark.parametrize("who", ["bob", "read"])
+def test_an_existing_repo_you_cannot_write_is_refused_before_any_generation(
+    emulator: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, who: str
+) -> None:
+    HfApi(token=emulator.tokens.write).create_repo(REPO, repo_type="dataset")
+    refs_before = HfApi(token=emulator.tokens.write).list_repo_refs(REPO, repo_type="dataset")
+    monkeypatch.setenv("HF_TOKEN", {"bob": emulator.tokens.bob, "read": emulator.tokens.read}[who])
+    with reference_server(tmp_path) as (server, ledger):
+        recipe = _recipe(tmp_path / "r", server={"launch": None, "endpoints": [server.url]})
+        with pytest.raises(HubError, match=r"alice/eagle: the token has no write access to it \(HTTP 403\)"):
+            _push(recipe, tmp_path)
+        assert generations(ledger) == []
+    assert HfApi(token=emulator.tokens.write).list_repo_refs(REPO, repo_type="dataset") == refs_before
+    assert not any("/commit/" in r.path for r in emulator.requests)
+
+
+def test_the_write_check_leaves_no_branch_behind(emulator: HubServer, token: str, tmp_path: Path) -> None:
+    HfApi(token=token).create_repo(REPO, repo_type="dataset")
+    _push(_recipe(tmp_path / "r"), tmp_path)
+    branches = HfApi(token=token).list_repo_refs(REPO, repo_type="dataset").branches
+    assert [b.name for b in branches] == ["main"]
+
+
 def test_no_token_or_server_key_reaches_the_hub_or_the_log(
     emulator: HubServer,
     token: str,

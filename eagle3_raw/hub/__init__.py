@@ -4,8 +4,10 @@
 
 1. credentials (``token``, else ``HF_TOKEN`` or the ``huggingface_hub`` login): none is a HubError
    before anything is built;
-2. the repo: created if missing (which also checks write access: 401/403 is a HubError naming it),
-   the ``revision`` branch created from ``main`` if missing, the ``tag`` checked to be free;
+2. the repo: created if missing, then write access checked by creating and deleting a throwaway
+   branch (an existing repo the token cannot write is a HubError naming it, before any generation;
+   ``create_repo(exist_ok=True)`` alone passes for any readable repo), the ``revision`` branch
+   created from ``main`` if missing, the ``tag`` checked to be free;
 3. the set, built or reused from the ``datasets`` cache (a second push sends no request);
 4. the data: ``Dataset.push_to_hub(repo_id, config_name=recipe.name, split="train")``;
 5. one commit with ``recipes/<name>.yaml`` (the resolved recipe, secrets scrubbed, a local prompt

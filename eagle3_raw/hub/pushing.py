@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,14 +100,30 @@ def push(
 
 
 def prepare_repo(api: HfApi, repo_id: str, *, private: bool, revision: str | None, tag: str | None) -> None:
-    """Create the repo if missing (checks write access), the branch if missing; check the tag is free."""
+    """Create the repo if missing, check write access, create the branch if missing, check the tag is free.
+
+    HubError naming the repo when the token cannot write to it (401/403), before anything is built.
+    """
     with hub_errors(repo_id, "create or write"):
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        _check_write_access(api, repo_id)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
         tags = {t.name: t.target_commit for t in api.list_repo_refs(repo_id, repo_type="dataset").tags}
     if tag is not None and tag in tags:
         raise HubError(_tag_exists(repo_id, tag, tags[tag]))
+
+
+def _check_write_access(api: HfApi, repo_id: str) -> None:
+    """Raise the Hub's 403 (401, 404) unless the token may write to ``repo_id``, leaving nothing behind.
+
+    ``create_repo(exist_ok=True)`` proves nothing for an existing repo: ``huggingface_hub`` turns its
+    401/403 into success when the repo is readable. A write the Hub must authorize does: creating a
+    uniquely named branch at ``main``'s head (no commit), deleted at once.
+    """
+    branch = f"eagle3-raw-write-check-{uuid.uuid4().hex[:12]}"
+    api.create_branch(repo_id, branch=branch, repo_type="dataset")
+    api.delete_branch(repo_id, branch=branch, repo_type="dataset")
 
 
 def _tag_exists(repo_id: str, tag: str, commit: str | None) -> str:
