@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from eagle3_raw.endpoints import Endpoint
 
-log = logging.getLogger("eagle3_raw")
+progress_log = logging.getLogger("eagle3_raw.progress")
 
 ProgressMode = Literal["bar", "log", "none"]
 
@@ -35,6 +35,14 @@ class RunStats:
     failed: int = 0
     skipped: int = 0
     planned: int | None = None
+    """Rows (and skips) this run plans, once the planner has gone through the whole source."""
+    queued: int = 0
+    """Rows planned so far; with the counts below, an estimate of ``planned`` before it is known."""
+    source_rows: int | None = None
+    source_position: int = 0
+    conversations: int = 0
+    shard_count: int = 1
+    _settled: tuple[int, int] = (0, 0)  # (rows, conversations) queued before the current conversation
 
     @property
     def elapsed(self) -> float:
@@ -43,6 +51,38 @@ class RunStats:
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / max(self.elapsed, 1e-9)
+
+    @property
+    def done(self) -> int:
+        """Rows with an outcome (journaled, failed or skipped), replayed ones included."""
+        return self.replayed + self.rows + self.failed + self.skipped
+
+    def note_planned(self, source_index: int) -> None:
+        """The planner queued a row of source row ``source_index`` (called in canonical order)."""
+        if source_index + 1 != self.source_position:
+            self._settled = (self.queued, self.conversations)
+            self.conversations += 1
+            self.source_position = source_index + 1
+        self.queued += 1
+
+    def total(self) -> tuple[int | None, bool]:
+        """(rows this build will have an outcome for, whether that is exact): exact once planning
+        ended; before, extrapolated from the rows per source row of the conversations planned."""
+        if self.planned is not None:
+            return self.replayed + self.planned, True
+        rows, conversations = self._settled
+        if self.source_rows is None or not conversations:
+            return None, False
+        ahead = max(0, self.source_rows - self.source_position + 1) / self.shard_count  # current one too
+        return self.replayed + rows + round(ahead * rows / conversations), False
+
+    def eta(self) -> float | None:
+        """Seconds to go at this run's pace so far, when the total is known or estimated."""
+        total, _ = self.total()
+        finished = self.rows + self.failed + self.skipped
+        if total is None or not finished:
+            return None
+        return max(0, total - self.done) * self.elapsed / finished
 
 
 class ProgressDisplay:
@@ -56,6 +96,8 @@ class ProgressDisplay:
         self._task: Any = None
 
     def start(self, description: str) -> None:
+        if self.mode == "log":
+            _show_progress_log()
         if self.mode != "bar":
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -68,19 +110,43 @@ class ProgressDisplay:
         self._bar.start()
 
     def update(self, stats: RunStats, endpoints: Sequence[Endpoint]) -> None:
-        done = stats.replayed + stats.rows + stats.failed + stats.skipped
-        total = None if stats.planned is None else stats.replayed + stats.planned
+        total, exact = stats.total()
         detail = status_line(stats, endpoints)
         if self._bar is not None:
-            self._bar.update(self._task, completed=done, total=total, detail=detail)
+            self._bar.update(self._task, completed=stats.done, total=total, detail=detail)
         elif self.mode == "log" and time.monotonic() - self._last_log >= self.log_interval:
             self._last_log = time.monotonic()
-            log.info("%d/%s rows | %s", done, "?" if total is None else total, detail)
+            progress_log.info("%s | %s", progress_line(stats, total, exact), detail)
 
     def stop(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def progress_line(stats: RunStats, total: int | None, exact: bool) -> str:
+    """``done/total rows (pct), ETA`` with ``~`` on an estimated total."""
+    if total is None:
+        return f"{stats.done:,}/? rows"
+    shown = f"{total:,}" if exact else f"~{total:,}"
+    eta = stats.eta()
+    pace = "ETA ?" if eta is None else f"ETA {_duration(eta)}"
+    return f"{stats.done:,}/{shown} rows ({100 * stats.done / max(total, 1):.1f}%), {pace}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _show_progress_log() -> None:
+    """Make the progress lines visible even where nobody configured logging (a Python caller)."""
+    progress_log.setLevel(logging.INFO)
+    if not progress_log.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        progress_log.addHandler(handler)
 
 
 def status_line(stats: RunStats, endpoints: Sequence[Endpoint]) -> str:

@@ -427,6 +427,13 @@ class _Table(Protocol):
     def at(self, position: int) -> _Raw: ...
 
 
+def count_source_rows(recipe: Recipe) -> int:
+    """How many source rows a run goes through (after ``limit``), counted without parsing them."""
+    count = open_source(recipe).count()
+    limit = recipe.prompts.limit
+    return count if limit is None else min(count, limit)
+
+
 def _taken(table: _Table, prompts: PromptsConfig) -> Iterator[_Raw]:
     if prompts.shuffle_seed is None:
         return itertools.islice(table.stream(), prompts.limit)
@@ -525,7 +532,10 @@ class _JsonlFile:
                     yield _Raw(_parse_line(line), f"{self.name} line {number}")
 
     def count(self) -> int:
-        return len(self._index())
+        if self._offsets is None:  # counting alone needs no index
+            with _reading(self.path), self.path.open("rb") as handle:
+                return sum(1 for line in handle if line.strip())
+        return len(self._offsets)
 
     def at(self, position: int) -> _Raw:
         offset = self._index()[position]

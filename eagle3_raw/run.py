@@ -59,6 +59,7 @@ MAX_DEFAULT_IN_FLIGHT = 1024
 """Cap of the derived per-endpoint limit (set ``server.max_in_flight`` to go past it)."""
 
 _CHUNK = 64
+_TOKENIZE_ATTEMPTS = 3
 _ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
 
 
@@ -207,24 +208,48 @@ class _Run:
 
     async def _check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
         for identity in identities:
-            await self._check_tokenizer(identity.url)
+            await self._check_tokenizer(identity)
 
-    async def _check_tokenizer(self, url: str) -> None:
-        """ServerMismatch unless ``url``'s ``/tokenize`` agrees with our tokenizer on a probe text."""
+    async def _check_tokenizer(self, identity: sglang.ServerIdentity) -> None:
+        """ServerMismatch unless the server's ``/tokenize`` agrees with our tokenizer on a probe text,
+        or the check cannot be made at all (``--skip-tokenizer-init``, no ``/tokenize``)."""
+        url = identity.url
+        if identity.server_info.get("skip_tokenizer_init") is True:
+            log.warning("%s runs with --skip-tokenizer-init: its tokenizer cannot be compared with %r; "
+                        "make sure they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
+            return
+        text, ours = self._tokenizer_probe()
+        theirs = await self._server_tokenization(url, text)
+        if theirs is not None and list(theirs) != list(ours):
+            raise ServerMismatch(_tokenizer_mismatch(url, self.recipe.model.tokenizer, ours, theirs))
+
+    def _tokenizer_probe(self) -> tuple[str, list[int]]:
         if self._probe is None:
             text = tokenizer_probe(self.renderer)
             self._probe = (
                 text,
                 self.renderer.tokenizer.encode(text, add_special_tokens=False, verbose=False),
             )
-        text, ours = self._probe
-        try:
-            theirs = await sglang.tokenize(self.session, url, text, self.recipe.server.connect_timeout)
-        except (RowError, RetryableError, ServerUnreachable) as exc:
-            log.warning("cannot check the tokenizer of %s through /tokenize (%s)", url, exc)
-            return
-        if list(theirs) != list(ours):
-            raise ServerMismatch(_tokenizer_mismatch(url, self.recipe.model.tokenizer, ours, theirs))
+        return self._probe
+
+    async def _server_tokenization(self, url: str, text: str) -> list[int] | None:
+        """``/tokenize`` of ``text``, retried while transient; None when the server has no
+        ``/tokenize`` (an HTTP 404, e.g. a router that does not forward it)."""
+        timeout, attempts = self.recipe.server.connect_timeout, 0
+        while True:
+            try:
+                return await sglang.tokenize(self.session, url, text, timeout)
+            except ServerUnreachable:
+                log.warning("%s has no /tokenize: its tokenizer cannot be compared with %r; make sure "
+                            "they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
+                return None
+            except RetryableError as exc:
+                attempts += 1
+                if attempts == _TOKENIZE_ATTEMPTS:
+                    raise ServerMismatch(_untestable_tokenizer(url, exc)) from exc
+                await asyncio.sleep(_backoff(attempts))
+            except RowError as exc:
+                raise ServerMismatch(_untestable_tokenizer(url, exc)) from exc
 
     def _open_journal(self, identity: sglang.ServerIdentity) -> Journal:
         from eagle3_raw.journal import Journal
@@ -265,6 +290,7 @@ class _Run:
         self.vocab_size = self.renderer.vocab_size
         done = self.journal.done()
         self.stats.replayed = len(done)
+        self.stats.shard_count = self.options.shard.count
         exclude = done | {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
         feed = _JobFeed(self._stop, maxsize=max(4 * _CHUNK, 2 * self.pool.capacity))
         self.display.start(f"{self.recipe.name}")
@@ -334,7 +360,7 @@ class _Run:
         try:
             identity = await sglang.server_identity(self.session, url, timeout)
             _check_same_model([self.identity, identity])
-            await self._check_tokenizer(url)
+            await self._check_tokenizer(identity)
         except (ServerUnreachable, ServerMismatch, RetryableError, RowError) as exc:
             log.warning("endpoint %s answers /health but stays out: %s", url, exc)
             return False
@@ -348,17 +374,30 @@ class _Run:
             iter_conversations(self.recipe), self.renderer, self.recipe,
             shard=self.options.shard, exclude=exclude, limits=self.limits,
         )  # fmt: skip
-        planned, chunk = 0, []
+        planned, chunk, counting = 0, [], False
         for item in jobs:
             chunk.append(item)
             planned += 1
+            self.stats.note_planned(item.key.index)
             if len(chunk) >= _CHUNK or feed.hungry.is_set():
                 if not feed.put_threadsafe(chunk, loop):
                     return
                 chunk = []
+                if not counting and self.options.progress != "none":  # after the first requests left
+                    counting = True
+                    threading.Thread(target=self._count_source, name="count-source", daemon=True).start()
         self.stats.planned = planned
         feed.put_threadsafe(chunk, loop)
         feed.put_threadsafe(None, loop)
+
+    def _count_source(self) -> None:
+        """Background: how many source rows the planner goes through, for the progress estimate."""
+        from eagle3_raw.prompts import count_source_rows
+
+        try:
+            self.stats.source_rows = count_source_rows(self.recipe)
+        except Exception as exc:  # only the estimate depends on it; the planner reports real errors
+            log.debug("cannot count the prompt source: %s", exc)
 
     async def _worker(self, feed: _JobFeed) -> None:
         while (item := await feed.next()) is not None:
@@ -396,6 +435,8 @@ class _Run:
 
     async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
         endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
+        # Remembered before the reply: siblings sent meanwhile follow, so the prefix cache hits.
+        self._remember_endpoint(job.key.index, endpoint)
         rid = f"{job.row_id}#{attempt}-{self._rid_prefix}{next(self._rid_counter):x}"
         self.in_flight[rid] = endpoint.url
         try:
@@ -405,14 +446,14 @@ class _Run:
                 timeout=self.recipe.server.request_timeout,
             )  # fmt: skip
         except BaseException as exc:
-            await self.pool.release(endpoint, ok=False, endpoint_fault=isinstance(exc, _ENDPOINT_FAULTS))
+            fault = isinstance(exc, _ENDPOINT_FAULTS) and not self._stop.is_set()  # not our own aborts
+            await self.pool.release(endpoint, ok=False, endpoint_fault=fault)
             if isinstance(exc, RequestTimeout):
                 self._background(sglang.abort(self.session, endpoint.url, rid))
             raise
         finally:
             self.in_flight.pop(rid, None)
         await self.pool.release(endpoint, ok=True)
-        self._remember_endpoint(job.key.index, endpoint)
         return generation
 
     def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
@@ -464,12 +505,18 @@ class _Run:
 def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
     """The summary of what ``journal`` holds (every run so far) and of this run's ``stats``."""
     totals = journal.stats()
-    dropped = totals["finish_reasons"].get("length", 0) if recipe.on_truncation == "drop" else 0
+    reasons = dict(totals["finish_reasons"])
+    prompt_tokens, generated_tokens = totals["prompt_tokens"], totals["generated_tokens"]
+    dropped = reasons.pop("length", 0) if recipe.on_truncation == "drop" else 0
+    if dropped:  # the summary describes the set, which holds none of them
+        lost = totals["tokens_by_reason"]["length"]
+        prompt_tokens -= lost["prompt_tokens"]
+        generated_tokens -= lost["generated_tokens"]
     return Summary(
         rows=totals["rows"] - dropped,
-        prompt_tokens=totals["prompt_tokens"],
-        generated_tokens=totals["generated_tokens"],
-        finish_reasons=totals["finish_reasons"],
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        finish_reasons=reasons,
         dropped=dropped,
         skipped=totals["failures"].get("skipped", {}),
         failed=totals["failures"].get("failed", {}),
@@ -539,6 +586,13 @@ async def _gather_or_fail(tasks: Sequence[asyncio.Future[Any]]) -> None:
             for other in pending:
                 other.cancel()
             raise task.exception()  # type: ignore[misc]
+
+
+def _untestable_tokenizer(url: str, exc: Exception) -> str:
+    return (
+        f"cannot check that {url} tokenizes like the recipe's tokenizer: /tokenize failed ({exc}); "
+        "without that check every row could be tokenized for another model. Fix the server and run again"
+    )
 
 
 def _backoff(attempt: int) -> float:

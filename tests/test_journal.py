@@ -168,6 +168,13 @@ def test_stats_counts_rows_tokens_reasons_failures(tmp_path: Path) -> None:
         "prompt_tokens": sum(len(row.prompt_ids) for row in rows),
         "generated_tokens": sum(len(row.output_ids) for row in rows),
         "finish_reasons": {"length": 2, "stop": 6},
+        "tokens_by_reason": {
+            reason: {
+                "prompt_tokens": sum(len(r.prompt_ids) for r in rows if r.finish_reason == reason),
+                "generated_tokens": sum(len(r.output_ids) for r in rows if r.finish_reason == reason),
+            }
+            for reason in ("length", "stop")
+        },
         "failures": {"failed": {"HTTP 400": 2}, "skipped": {"prompt too long": 1}},
     }
 

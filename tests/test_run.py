@@ -1,0 +1,172 @@
+"""The run against real reference servers: where requests go, how many are in flight, the start-up
+tokenizer check when ``/tokenize`` cannot answer, progress lines, and the summary (issues 3 and 6)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eagle3_raw.builder import build
+from eagle3_raw.errors import ServerMismatch
+from eagle3_raw.recipe import load_recipe
+from eagle3_raw.run import RunOptions, run
+from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
+from tests.reference.wire import get
+from tests.support.router import Router
+
+
+def _prompts(folder: Path, count: int) -> None:
+    write_jsonl(
+        folder / "prompts.jsonl", [{"id": f"p{i}", "prompt": f"Question {i}: why?"} for i in range(count)]
+    )
+
+
+def _run(recipe: Path, tmp_path: Path, **options: Any) -> Any:
+    defaults: dict[str, Any] = {"journal_dir": tmp_path / "journals", "progress": "none"}
+    return run(load_recipe(recipe), RunOptions(**{**defaults, **options}))
+
+
+def _source(rid: str) -> str:
+    return rid_row_id(rid).split(":")[0]
+
+
+def test_samples_of_one_prompt_go_to_one_endpoint(tmp_path: Path) -> None:
+    _prompts(tmp_path, 40)
+    with reference_server(tmp_path) as (a, ledger_a), reference_server(tmp_path) as (b, ledger_b):
+        sampling = {"samples_per_prompt": 4, "max_new_tokens": 16}
+        result = _run(write_recipe(tmp_path, endpoints=[a.url, b.url], sampling=sampling), tmp_path)
+    assert result.summary.rows == 160
+    servers_of: dict[str, set[str]] = defaultdict(set)
+    for name, ledger in (("a", ledger_a), ("b", ledger_b)):
+        for g in generations(ledger):
+            servers_of[_source(g["rid"])].add(name)
+    assert len(servers_of) == 40
+    split = sorted(source for source, names in servers_of.items() if len(names) > 1)
+    assert not split, f"samples of these prompts went to both servers (no prefix-cache hit): {split}"
+    assert {n for names in servers_of.values() for n in names} == {"a", "b"}  # both did work
+
+
+def test_in_flight_default_follows_each_servers_max_running_requests(tmp_path: Path) -> None:
+    _prompts(tmp_path, 160)
+    slow = ("--slots", "4", "--ms-per-token", "2")
+    with (
+        reference_server(tmp_path, *slow, "--max-running-requests", "8") as (a, _),
+        reference_server(tmp_path, *slow, "--max-running-requests", "24") as (b, _),
+    ):
+        recipe = write_recipe(tmp_path, endpoints=[a.url, b.url], sampling={"max_new_tokens": 24})
+        _run(recipe, tmp_path)
+        peaks = [get(s.url, "/reference/stats").json()["max_queue_depth"] + 4 for s in (a, b)]
+    # max_running_requests x 1.25 + 8 each: a full batch plus headroom, never more
+    assert peaks == [int(8 * 1.25) + 8, int(24 * 1.25) + 8]
+
+
+def _build(recipe: Path, tmp_path: Path, name: str) -> Any:
+    options = {"journal_dir": tmp_path / f"journals-{name}", "progress": "none"}
+    return build(recipe, cache_dir=tmp_path / f"cache-{name}", run_options=options)
+
+
+def test_behind_a_router_the_set_is_the_same_as_from_the_workers(tmp_path: Path) -> None:
+    _prompts(tmp_path, 30)
+    greedy = {"temperature": 0, "max_new_tokens": 24}
+    with reference_server(tmp_path) as (a, _), reference_server(tmp_path) as (b, _):
+        direct = _build(write_recipe(tmp_path, endpoints=[a.url], sampling=greedy), tmp_path, "direct")
+        with Router([a.url, b.url]) as router:
+            routed = _build(
+                write_recipe(tmp_path, endpoints=[router.url], sampling=greedy), tmp_path, "routed"
+            )
+        assert all(count > 0 for count in router.routed.values())  # both workers generated
+    assert len(routed.dataset) == 30
+    assert routed.dataset["input_ids"] == direct.dataset["input_ids"]
+
+
+@pytest.mark.parametrize(("status", "refused"), [(404, False), (500, True), (400, True)])
+def test_a_tokenizer_that_cannot_be_checked(
+    tmp_path: Path, status: int, refused: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No /tokenize at all (a router that does not forward it): a warning, and the run goes on.
+    A /tokenize that fails: refused before any generation, naming the URL."""
+    _prompts(tmp_path, 3)
+    with (
+        reference_server(tmp_path) as (server, ledger),
+        Router([server.url], tokenize_status=status) as router,
+    ):
+        recipe = write_recipe(tmp_path, endpoints=[router.url], server={"connect_timeout": 2})
+        if refused:
+            with pytest.raises(ServerMismatch, match=rf"cannot check that {re.escape(router.url)} tokenizes"):
+                _run(recipe, tmp_path)
+            assert generations(ledger) == []
+        else:
+            assert _run(recipe, tmp_path).summary.rows == 3
+            assert f"{router.url} has no /tokenize" in caplog.text
+
+
+def test_a_server_without_tokenizer_is_used_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _prompts(tmp_path, 3)
+    with reference_server(tmp_path, "--skip-tokenizer-init") as (server, _):
+        result = _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path)
+    assert result.summary.rows == 3
+    assert "--skip-tokenizer-init" in caplog.text
+
+
+_LINE = re.compile(r"([\d,]+)/(~?)([\d,]+|\?) rows")
+
+
+def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _prompts(tmp_path, 300)  # more rows than the planner may queue ahead
+    caplog.set_level(logging.INFO, logger="eagle3_raw.progress")
+    with reference_server(tmp_path, "--slots", "8", "--ms-per-token", "2") as (server, _):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url], sampling={"samples_per_prompt": 2, "max_new_tokens": 24}
+        )
+        result = _run(recipe, tmp_path, progress="log", log_interval=0.05)
+    assert result.summary.rows == 600
+    lines = [r.getMessage() for r in caplog.records if r.name == "eagle3_raw.progress"]
+    parsed = [m.groups() for line in lines if (m := _LINE.match(line))]
+    assert len(parsed) == len(lines) >= 3
+    done = [int(d.replace(",", "")) for d, _, _ in parsed]
+    assert done == sorted(done) and done[-1] <= 600  # completed rows, never more than exist
+    totals = [(approx, int(t.replace(",", ""))) for _, approx, t in parsed if t != "?"]
+    assert ("~", 600) in totals  # estimated long before the planner reached the end
+    assert all(total == 600 for _, total in totals)  # 2 rows per prompt: the estimate is exact
+    assert any("ETA" in line and "tok/s" in line for line in lines)
+
+
+def test_log_mode_is_visible_from_python_without_logging_setup(tmp_path: Path) -> None:
+    _prompts(tmp_path, 40)
+    with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2") as (server, _):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 24})
+        script = (
+            "import eagle3_raw, sys; "
+            f"eagle3_raw.load({str(recipe)!r}, cache_dir={str(tmp_path / 'c')!r}, "
+            f"journal_dir={str(tmp_path / 'j')!r}, progress='log', log_interval=0.05)"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"\d+/~?40 rows \(", done.stderr), done.stderr
+
+
+def test_summary_of_a_dropping_recipe_counts_only_the_rows_of_the_set(tmp_path: Path) -> None:
+    _prompts(tmp_path, 12)
+    with reference_server(tmp_path) as (server, _):
+        sampling = {"max_new_tokens": 40, "samples_per_prompt": 3}
+        recipe = write_recipe(tmp_path, endpoints=[server.url], on_truncation="drop", sampling=sampling)
+        built = _build(recipe, tmp_path, "drop")
+    assert built.run_result is not None
+    summary, rows = built.run_result.summary, built.dataset
+    assert summary.dropped > 0 and summary.rows == len(rows) == 36 - summary.dropped
+    assert summary.prompt_tokens == sum(rows["prompt_len"])
+    assert summary.generated_tokens == sum(
+        len(ids) - n for ids, n in zip(rows["input_ids"], rows["prompt_len"], strict=True)
+    )
+    assert "length" not in summary.finish_reasons and sum(summary.finish_reasons.values()) == len(rows)
