@@ -133,7 +133,17 @@ async def _post(session: aiohttp.ClientSession, url: str, body: bytes, timeout: 
     except TimeoutError as exc:
         raise RequestTimeout(f"no response from {url} within {timeout:g} s", url=url) from exc
     except aiohttp.ClientError as exc:  # refused, reset, malformed HTTP: all worth another try
-        raise ConnectError(f"connection to {url} failed: {exc or type(exc).__name__}", url=url) from exc
+        raise ConnectError(f"connection to {url} failed: {_reason(exc, timeout)}", url=url) from exc
+
+
+def _reason(exc: BaseException, timeout: float) -> str:
+    """What went wrong, never empty (``str(TimeoutError())`` and some aiohttp errors are ``""``).
+
+    A timeout with a message of its own (aiohttp's connect timeout) keeps it: ``timeout`` is not its limit.
+    """
+    if str(exc):
+        return str(exc)
+    return f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else type(exc).__name__
 
 
 def _http_error(status: int, payload: bytes, url: str) -> Exception:
@@ -251,7 +261,7 @@ async def get_json(session: aiohttp.ClientSession, url: str, timeout: float) -> 
             async with session.get(url) as response:
                 payload = await response.read()
     except (TimeoutError, aiohttp.ClientError) as exc:
-        raise ServerUnreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
+        raise ServerUnreachable(f"cannot reach {url}: {_reason(exc, timeout)}") from exc
     if response.status != 200:
         raise _http_error(response.status, payload, url)
     try:

@@ -7,6 +7,7 @@ deployment could give, and what the client must make of each: retry, record the 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -182,3 +183,14 @@ async def test_a_web_page_instead_of_sglang_is_named_clearly() -> None:
 
 async def _page(request: web.Request) -> web.Response:
     return web.Response(text="<html>dashboard</html>", content_type="text/html")
+
+
+async def test_a_server_that_accepts_but_never_answers_is_named_with_the_timeout() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel completes the handshakes; nothing ever reads or replies
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        async with sglang.new_session(connect_timeout=2, api_key=None) as session:
+            with pytest.raises(ServerUnreachable) as raised:
+                await sglang.server_identity(session, url, 0.3)
+    assert str(raised.value) == f"cannot reach {url}/model_info: no answer within 0.3 s"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prefill-ms-per-token", type=float, default=0.0, help="capacity mode: ms per uncached prompt token"
     )
     ref.add_argument("--ledger", type=Path, help="append one JSON line per /generate outcome to this file")
+    ref.add_argument(
+        "--exit-with-stdin",
+        action="store_true",
+        help="shut down (as on SIGTERM) when stdin reaches end of file, e.g. when the launching process dies",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -91,14 +99,16 @@ def serve(args: argparse.Namespace) -> int:
         )
 
     try:
-        asyncio.run(_serve_until_signalled(config, ready))
+        asyncio.run(_serve_until_signalled(config, ready, exit_with_stdin=args.exit_with_stdin))
     except (ValueError, OSError) as exc:
         print(f"serve-reference: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-async def _serve_until_signalled(config: ServerConfig, ready: Callable[[str], None]) -> None:
+async def _serve_until_signalled(
+    config: ServerConfig, ready: Callable[[str], None], *, exit_with_stdin: bool = False
+) -> None:
     from eagle3_raw.reference.server import serve as run_server
 
     task = asyncio.current_task()
@@ -106,10 +116,25 @@ async def _serve_until_signalled(config: ServerConfig, ready: Callable[[str], No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, task.cancel)
+    if exit_with_stdin:
+        threading.Thread(target=_cancel_at_stdin_eof, args=(loop, task), daemon=True).start()
     try:
         await run_server(config, ready=ready)
     except asyncio.CancelledError:
         return
+
+
+def _cancel_at_stdin_eof(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+    """Read and discard stdin until end of file, then cancel ``task`` as SIGTERM would."""
+    # os.read on the raw descriptor, not sys.stdin.buffer: a daemon thread blocked inside a buffered
+    # reader holds its lock, and interpreter shutdown then aborts with "could not acquire lock".
+    try:
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass  # no usable stdin counts as end of file
+    with contextlib.suppress(RuntimeError):  # the loop already closed: the server is stopping anyway
+        loop.call_soon_threadsafe(task.cancel)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,8 +5,11 @@
     with launch_reference(args=["--slots", "4", "--ms-per-token", "2"]) as server:
         ...  # server.url, server.port, server.kill(), server.restart()
 
-The child is ``python -m eagle3_raw.reference --host 127.0.0.1 --port N [args]``; its stdout and
-stderr go to a log file whose tail is in the error when it fails to start.
+The child is ``python -m eagle3_raw.reference --host 127.0.0.1 --port N --exit-with-stdin [args]``;
+its stdout and stderr go to a log file whose tail is in the error when it fails to start. Its stdin is
+a pipe this process holds open for the child's life: however this process dies (even SIGKILL), the
+kernel closes the pipe and the child shuts down, so no server outlives its launcher (unless a process
+forked from the launcher, which inherits the pipe, is still alive).
 """
 
 from __future__ import annotations
@@ -56,11 +59,12 @@ class ReferenceProcess:
             "127.0.0.1",
             "--port",
             str(self.port),
+            "--exit-with-stdin",
         ]
         with self.log_path.open("ab") as log:
             return subprocess.Popen(
                 [*command, *self.args],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # never written; closing it stops the child (see module doc)
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env} if self.env is not None else None,
@@ -71,6 +75,7 @@ class ReferenceProcess:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self._close_stdin()
                 raise ServerUnreachable(
                     f"the reference server exited with code {self.process.returncode}{self._tail()}"
                 )
@@ -91,6 +96,7 @@ class ReferenceProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait()
+        self._close_stdin()
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
@@ -100,6 +106,12 @@ class ReferenceProcess:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
 
     def restart(self, *, kill: bool = False) -> None:
         """Stop (or kill) the server and start it again on the same port, waiting until it is ready."""

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from eagle3_raw.errors import ServerUnreachable
@@ -55,3 +63,44 @@ def test_a_server_that_cannot_start_is_reported_with_its_log() -> None:
 def test_environment_additions_reach_the_server() -> None:
     with launch_reference(env={"EAGLE3_RAW_UNUSED": "1"}) as server:
         assert get(server.url, "/health").status == 200
+
+
+_PARENT = """
+import sys, time
+from eagle3_raw.reference.launch import launch_reference
+server = launch_reference()
+print(server.process.pid, server.port, server.log_path, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (dead, not yet reaped by init) counts as exited."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] not in ("Z", "X")
+
+
+def test_the_server_exits_when_the_process_that_launched_it_is_killed() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        assert parent.stdout is not None
+        pid_text, port, log = parent.stdout.readline().split()
+        pid = int(pid_text)
+        assert get(f"http://127.0.0.1:{port}", "/health").status == 200
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "the reference server outlived its SIGKILLed parent"
+        Path(log).unlink(missing_ok=True)
+    finally:
+        parent.kill()
+        parent.communicate()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
