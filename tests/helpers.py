@@ -92,6 +92,32 @@ def generations(ledger: Path) -> list[dict[str, Any]]:
     return [r for r in read_ledger(ledger) if r.get("status") == 200 and r.get("delivered") and "rid" in r]
 
 
+def requested_rids(ledger: Path) -> list[str]:
+    """The rid of every ledger line that names one (see :func:`line_rid`), in ledger order, whatever
+    its status or delivery."""
+    if not ledger.exists():
+        return []
+    return [rid for rid in map(line_rid, read_ledger(ledger)) if rid is not None]
+
+
+def line_rid(record: Mapping[str, Any]) -> str | None:
+    """The rid of a ledger line: a generation line carries ``rid``; a request refused before any
+    generation (an injected 5xx, a hang, a 400) carries it in its ``body``."""
+    body = record.get("body")
+    rid = record.get("rid", body.get("rid") if isinstance(body, Mapping) else None)
+    return rid if isinstance(rid, str) else None
+
+
 def rid_row_id(rid: str) -> str:
     """The row id eagle3_raw put in front of a request id (``<row id>#<attempt>-<hex>``)."""
     return rid.rsplit("#", 1)[0]
+
+
+def rid_attempt(rid: str) -> int:
+    """The attempt number in a request id (``<row id>#<attempt>-<hex>``)."""
+    return int(rid.rsplit("#", 1)[1].split("-", 1)[0])
+
+
+def rid_run(rid: str) -> str:
+    """The part of a request id unique to the run that sent it (the first 8 hex digits after ``-``)."""
+    return rid.rsplit("-", 1)[1][:8]
