@@ -178,7 +178,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     common.print_table(COLUMNS, [row(r) for r in results])
     for r in results:
         if r["setup"] == TARGET_SETUP:
-            verdict = "met" if r["tokens_per_s_window"] >= TARGET_TOKENS_PER_S else "NOT met"
+            if args.quick:  # a tenth of the rows: start-up weighs too much to judge a rate
+                verdict = "not judged on --quick"
+            else:
+                verdict = "met" if r["tokens_per_s_window"] >= TARGET_TOKENS_PER_S else "NOT met"
             print(
                 f"\ntarget >= {TARGET_TOKENS_PER_S:,} tokens/s into the journal ({TARGET_SETUP}): {verdict}"
             )
