@@ -278,6 +278,7 @@ def test_ctrl_c_aborts_in_flight_requests_and_says_how_to_resume(tmp_path: Path)
         text = stderr.decode()
         assert build.returncode == 130, text[-2000:]
         assert "aborting" in text and "Run the same command again to resume" in text
+        assert "taken out" not in text and "down" not in text  # our own aborts are not endpoint faults
         aborted = [r for r in _ledger_lines(ledger) if (r.get("finish_reason") or {}).get("type") == "abort"]
         assert aborted, "no in-flight request was aborted on the server"
         kept = _journaled_ids(recipe, tmp_path)
