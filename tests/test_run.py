@@ -4,9 +4,13 @@ tokenizer check when ``/tokenize`` cannot answer, progress lines, and the summar
 from __future__ import annotations
 
 import logging
+import os
+import pty
 import re
+import select
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -170,3 +174,49 @@ def test_summary_of_a_dropping_recipe_counts_only_the_rows_of_the_set(tmp_path: 
         len(ids) - n for ids, n in zip(rows["input_ids"], rows["prompt_len"], strict=True)
     )
     assert "length" not in summary.finish_reasons and sum(summary.finish_reasons.values()) == len(rows)
+
+
+def _run_in_terminal(command: list[str], timeout: float = 120) -> tuple[int, str]:
+    """Run ``command`` with a pseudo-terminal as stdout and stderr (as a user at a shell would);
+    its exit code and output with the terminal control sequences removed."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200"}
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    output, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([master], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif process.poll() is not None:
+            break
+    os.close(master)
+    code = process.wait(timeout=10)
+    return code, re.sub(rb"\x1b\[[0-9;?]*[a-zA-Z]", b"", output).decode(errors="replace")
+
+
+def test_the_bar_in_a_terminal_counts_completed_rows_with_rate_and_time_left(tmp_path: Path) -> None:
+    _prompts(tmp_path, 60)
+    with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2") as (server, _):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 24})
+        command = [
+            sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe),
+            "--journal-dir", str(tmp_path / "j"), "--cache-dir", str(tmp_path / "c"),
+        ]  # fmt: skip
+        code, text = _run_in_terminal(command)
+    assert code == 0, text[-2000:]
+    frames = re.findall(
+        r"t [━╸╺ ]+ (\d+)/(\d+) (\d+:\d\d:\d\d|-:--:--) ([\d,]+) tok/s, (\d+) in flight", text
+    )
+    assert len(frames) >= 3, text[-2000:]
+    done = [int(f[0]) for f in frames]
+    assert done == sorted(done) and done[-1] == 60 and {int(f[1]) for f in frames} == {60}
+    assert all(int(f[0]) + int(f[4]) <= 60 for f in frames)  # completed rows, not submitted ones
+    assert any(int(f[4]) > 0 and int(f[0]) > 0 for f in frames)
+    assert any(f[2] != "-:--:--" for f in frames)  # a time left was shown
+    assert "rows              60" in text  # then the summary
