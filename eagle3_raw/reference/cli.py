@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang.add_argument(
         "--disable-radix-cache", action="store_true", help="no prefix cache (cached_tokens 0)"
     )
-    sglang.add_argument("--stream-interval", type=int, default=1, help="ids per stream chunk (default: 1)")
+    sglang.add_argument(
+        "--stream-interval", type=int, default=1, help="a chunk after id 1, then every N ids (default: 1)"
+    )
     ref = parser.add_argument_group("reference server options")
     ref.add_argument(
         "--faults", help='fault rates per /generate request, e.g. "http500=0.05,reset=0.02,hang=0.01"'

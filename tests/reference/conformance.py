@@ -9,12 +9,13 @@ contract's refusal shape. Every 200 reply (object, array, or each SSE chunk) mus
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from tests.reference.contract import contract_error
-from tests.reference.wire import Reply, request
+from tests.reference.wire import Outcome, Reply, request
 
 
 def is_validation_error(body: Any) -> bool:
@@ -42,6 +43,14 @@ class Conformance:
         reply = self.generate(body, **kwargs)
         assert reply.status == 200, (reply.status, reply.body[:500])
         return reply.events() if reply.content_type == "text/event-stream" else reply.json()
+
+
+def check_outcomes(contract: ModuleType, bodies: Sequence[Any], outcomes: Sequence[Outcome]) -> None:
+    """:func:`check_exchange` for concurrent ``/generate`` posts (:func:`~tests.reference.wire.post_many`),
+    ``outcomes`` in the order of ``bodies``; a request that got no complete reply is skipped."""
+    for body, outcome in zip(bodies, outcomes, strict=True):
+        if outcome.status is not None and outcome.error is None:
+            check_exchange(contract, body, outcome.reply())
 
 
 def check_exchange(contract: ModuleType, body: Any, reply: Reply) -> None:

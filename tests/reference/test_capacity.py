@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 from eagle3_raw.reference.capacity import PrefixCache, QueuedAbort, QueueFull, Slots, Ticket
 from eagle3_raw.reference.launch import ReferenceProcess
+from tests.reference.conformance import Conformance, check_outcomes
 from tests.reference.test_conformance import PROMPT
 from tests.reference.wire import get, post_many, request
 
@@ -137,11 +139,12 @@ def body(tokens: int) -> dict[str, Any]:
 
 
 def run_and_measure(
-    server: ReferenceProcess, bodies: list[dict[str, Any]], concurrency: int
+    server: ReferenceProcess, contract: ModuleType, bodies: list[dict[str, Any]], concurrency: int
 ) -> dict[str, Any]:
     request(server.url, "/reference/stats/reset")
     outcomes = post_many(server.url, bodies, concurrency=concurrency)
     assert {o.status for o in outcomes} == {200}
+    check_outcomes(contract, bodies, outcomes)
     stats: dict[str, Any] = get(server.url, "/reference/stats").json()
     assert stats["utilization"] == pytest.approx(
         stats["busy_slot_seconds"] / (stats["slots"] * stats["wall_seconds"]), rel=0.05
@@ -149,49 +152,62 @@ def run_and_measure(
     return stats
 
 
-def test_fully_loaded_slots_give_utilization_near_one(launch: Launch) -> None:
+def test_fully_loaded_slots_give_utilization_near_one(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "4", "--ms-per-token", "10")
-    stats = run_and_measure(server, [body(60)] * 8, concurrency=8)  # two waves of 4 x 0.6 s
+    stats = run_and_measure(server, contract, [body(60)] * 8, concurrency=8)  # two waves of 4 x 0.6 s
     assert stats["completed_requests"] == 8 and stats["completed_tokens"] == 480
     assert 8 * 0.6 <= stats["busy_slot_seconds"] <= 8 * 0.6 * 1.25
     assert stats["utilization"] > 0.75
 
 
-def test_half_loaded_slots_give_utilization_near_one_half(launch: Launch) -> None:
+def test_half_loaded_slots_give_utilization_near_one_half(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "4", "--ms-per-token", "10")
-    stats = run_and_measure(server, [body(60)] * 4, concurrency=2)  # never more than 2 of 4 slots busy
+    # never more than 2 of 4 slots busy
+    stats = run_and_measure(server, contract, [body(60)] * 4, concurrency=2)
     assert 4 * 0.6 <= stats["busy_slot_seconds"] <= 4 * 0.6 * 1.25
     assert 0.3 < stats["utilization"] <= 0.51
     assert stats["max_queue_depth"] == 0
 
 
-def test_requests_beyond_the_slots_wait_in_a_queue(launch: Launch) -> None:
+def test_requests_beyond_the_slots_wait_in_a_queue(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "2", "--ms-per-token", "10")
     request(server.url, "/reference/stats/reset")
     outcomes = post_many(server.url, [body(20)] * 4, concurrency=4)
+    check_outcomes(contract, [body(20)] * 4, outcomes)
     latencies = sorted(o.json()["meta_info"]["e2e_latency"] for o in outcomes)
     assert latencies[0] >= 0.2 and latencies[2] >= 0.4  # the last two waited for a whole generation
     assert get(server.url, "/reference/stats").json()["max_queue_depth"] == 2
 
 
-def test_prefill_costs_uncached_prompt_tokens_only(launch: Launch) -> None:
+def test_prefill_costs_uncached_prompt_tokens_only(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "1", "--ms-per-token", "0", "--prefill-ms-per-token", "1")
+    sglang = Conformance(server.url, contract)
     prompt = {"input_ids": list(range(10, 310)), "sampling_params": {"max_new_tokens": 1}}
     request(server.url, "/reference/stats/reset")
-    first = request(server.url, "/generate", prompt).json()
+    first = sglang.ok(prompt)
     busy_first = get(server.url, "/reference/stats").json()["busy_slot_seconds"]
-    second = request(server.url, "/generate", prompt).json()
+    second = sglang.ok(prompt)
     busy_second = get(server.url, "/reference/stats").json()["busy_slot_seconds"] - busy_first
     assert (first["meta_info"]["cached_tokens"], second["meta_info"]["cached_tokens"]) == (0, 299)
     assert busy_first >= 0.3 and busy_second < busy_first / 2
 
 
-def test_capacity_mode_streams_the_same_chunks(launch: Launch) -> None:
-    server = launch("--slots", "1", "--ms-per-token", "2")
+def chunk_lengths(events: list[Any]) -> list[int]:
+    assert events[-1] == "[DONE]"
+    return [len(e["output_ids"]) for e in events[:-1]]
+
+
+def test_capacity_mode_streams_the_same_chunks(
+    launch: Launch, contract: ModuleType, sglang: Conformance
+) -> None:
+    capacity = Conformance(launch("--slots", "1", "--ms-per-token", "2").url, contract)
     streamed = {
         **body(20),
         "stream": True,
         "sampling_params": {**body(20)["sampling_params"], "stream_interval": 5},
     }
-    events = request(server.url, "/generate", streamed).events()
-    assert [len(e["output_ids"]) for e in events[:-1]] == [1, 5, 10, 15, 20] and events[-1] == "[DONE]"
+    assert chunk_lengths(capacity.ok(streamed)) == [1, 6, 11, 16, 20]
+    sampling = {"temperature": 0, "max_new_tokens": 40, "ignore_eos": True, "stop": "e\u2603"}
+    held = {"input_ids": PROMPT, "stream": True, "sampling_params": sampling}  # chunks ending in "e" held
+    lengths = chunk_lengths(capacity.ok(held))
+    assert lengths == chunk_lengths(sglang.ok(held)) and len(lengths) < 40

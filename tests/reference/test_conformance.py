@@ -243,11 +243,32 @@ def test_batch_stream_chunks_carry_index_and_single_streams_do_not(sglang: Confo
     assert all("index" not in e for e in single)
 
 
-def test_stream_interval_sets_the_chunk_cadence(sglang: Conformance) -> None:
-    events = stream(
-        sglang, {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 10, "stream_interval": 4}}
-    )
-    assert [len(e["output_ids"]) for e in events[:-1]] == [1, 4, 8, 10]
+@pytest.mark.parametrize(
+    ("interval", "lengths"), [(1, list(range(1, 11))), (4, [1, 5, 9, 10]), (5, [1, 6, 10]), (20, [1, 10])]
+)
+def test_stream_interval_sets_the_chunk_cadence(
+    sglang: Conformance, interval: int, lengths: list[int]
+) -> None:
+    """The first token at once, then each time ``interval`` tokens are unsent, then the final chunk."""
+    sampling = {"max_new_tokens": 10, "ignore_eos": True, "stream_interval": interval}
+    events = stream(sglang, {"input_ids": PROMPT, "sampling_params": sampling})
+    assert [len(e["output_ids"]) for e in events[:-1]] == lengths
+
+
+def test_a_chunk_whose_text_could_end_in_a_stop_string_is_held_to_the_next_token(sglang: Conformance) -> None:
+    full = greedy(sglang, max_new_tokens=40, ignore_eos=True)["output_ids"]
+    last_char = decode(full[:6], skip_special_tokens=False)[-1]
+    stop = last_char + "\u2603"  # never completed: the output stays the same, only chunks are held
+    sampling = {**GREEDY, "max_new_tokens": 40, "ignore_eos": True, "stop": stop, "stream_interval": 5}
+    events = stream(sglang, {"input_ids": PROMPT, "sampling_params": sampling})[:-1]
+    expected, sent = [], 0
+    for k in range(1, len(full)):
+        held = decode(full[:k], skip_special_tokens=False).endswith(last_char)
+        if (sent == 0 or k - sent >= 5) and not held:
+            expected.append(k)
+            sent = k
+    assert [len(e["output_ids"]) for e in events] == [*expected, 40] and 6 not in expected
+    assert events[-1]["output_ids"] == full
 
 
 def test_errors_after_the_stream_started_arrive_as_one_event_with_http_200(sglang: Conformance) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
@@ -271,11 +272,14 @@ def test_abort_all_ends_running_and_queued_generations(
 
 def test_abort_request_matches_the_exact_rid(launch: Launch, contract: ModuleType, background: Any) -> None:
     server = slow(launch, contract)
-    running = background(server.ok, long_run("job-1"))
+    running = background(server.ok, long_run("job-1"))  # 3 s of decoding
     wait_until(lambda: stats(server.url)["running"] == 1)
-    request(server.url, "/abort_request", {"rid": "job"})  # a prefix is not enough
-    request(server.url, "/abort_request", {"rid": "job-1"})
-    assert running.result()["meta_info"]["finish_reason"]["type"] == "abort"
+    assert request(server.url, "/abort_request", {"rid": "job"}).status == 200  # a prefix: ignored
+    time.sleep(0.3)
+    assert not running.done() and stats(server.url)["running"] == 1
+    assert request(server.url, "/abort_request", {"rid": "job-1"}).status == 200
+    meta = running.result()["meta_info"]
+    assert meta["finish_reason"]["type"] == "abort" and 30 <= meta["completion_tokens"] < 300
 
 
 def test_a_full_queue_gets_503(launch: Launch, contract: ModuleType, background: Any) -> None:

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from eagle3_raw.errors import ServerUnreachable
 from eagle3_raw.reference.launch import free_port, launch_reference
-from tests.reference.wire import get, request
+from tests.reference.conformance import Conformance
+from tests.reference.wire import get
 
 
 def test_a_launched_server_answers_and_stops() -> None:
@@ -33,18 +35,23 @@ def test_restart_keeps_the_port_and_the_options() -> None:
         assert get(server.url, "/v1/models").json()["data"][0]["max_model_len"] == 512
 
 
-def test_kill_stops_the_server_at_once_and_restart_brings_it_back() -> None:
+def test_the_server_answers_health_within_3_s_of_its_start() -> None:
+    """The issue's startup budget; the best of two launches, so one slow moment on CI does not fail it."""
+    seconds = []
+    for _ in range(2):
+        started = time.monotonic()
+        with launch_reference():  # returns once /health answers 200 (polled every 50 ms)
+            seconds.append(time.monotonic() - started)
+    assert min(seconds) < 3.0, seconds
+
+
+def test_kill_stops_the_server_at_once_and_restart_brings_it_back(contract: ModuleType) -> None:
     with launch_reference() as server:
         server.kill()
         with pytest.raises(OSError):
             get(server.url, "/health", timeout=1)
         server.restart()
-        assert (
-            request(
-                server.url, "/generate", {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}}
-            ).status
-            == 200
-        )
+        Conformance(server.url, contract).ok({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}})
 
 
 def test_a_given_port_is_used() -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from eagle3_raw.reference.launch import ReferenceProcess
 from eagle3_raw.reference.ledger import Ledger, read_ledger
-from tests.reference.conformance import check_object
+from tests.reference.conformance import Conformance, check_object, check_outcomes
 from tests.reference.contract import load_contract
 from tests.reference.test_conformance import PROMPT, chat
-from tests.reference.wire import Outcome, post_many, request, wait_until
+from tests.reference.wire import Outcome, post_many, wait_until
 
 Launch = Callable[..., ReferenceProcess]
 
@@ -46,6 +47,7 @@ def test_every_delivered_generation_appears_exactly_once_with_its_ids(launch: La
         {**body, "rid": f"{body['rid']}{i}"} if "rid" in body else body for i in range(20) for body in BODIES
     ]
     outcomes = post_many(server.url, bodies, concurrency=8)
+    check_outcomes(load_contract(), bodies, outcomes)
     got = received(outcomes)
     lines = [r for r in read_ledger(ledger) if r["status"] == 200 and r["delivered"]]
     assert len(lines) == len(got) == 20 * (1 + 2 + 3 + 1)
@@ -60,13 +62,15 @@ def test_every_delivered_generation_appears_exactly_once_with_its_ids(launch: La
     assert refused == {400: 40}
 
 
-def test_a_ledger_line_keeps_the_request_as_received(launch: Launch, tmp_path: Path) -> None:
+def test_a_ledger_line_keeps_the_request_as_received(
+    launch: Launch, contract: ModuleType, tmp_path: Path
+) -> None:
     ledger = tmp_path / "ledger.jsonl"
     server = launch("--ledger", str(ledger))
     sampling = {"max_new_tokens": 6, "temperature": 0.5, "sampling_seed": 42}
-    result = request(
-        server.url, "/generate", {"rid": "r-1", "input_ids": PROMPT, "sampling_params": sampling}
-    ).json()
+    result = Conformance(server.url, contract).ok(
+        {"rid": "r-1", "input_ids": PROMPT, "sampling_params": sampling}
+    )
     [line] = read_ledger(ledger)
     assert (line["rid"], line["input_ids"], line["sampling_params"]) == ("r-1", PROMPT, sampling)
     assert (line["output_ids"], line["status"], line["fault"], line["delivered"]) == (
@@ -82,6 +86,7 @@ def test_the_ledger_marks_what_never_reached_the_client(launch: Launch, tmp_path
     ledger = tmp_path / "ledger.jsonl"
     server = launch("--ledger", str(ledger), "--faults", "reset=0.3,hang=0.1,abort=0.2", "--fault-seed", "5")
     outcomes = post_many(server.url, [BODIES[0]] * 60, concurrency=16, timeout=2.0)
+    check_outcomes(load_contract(), [BODIES[0]] * 60, outcomes)
     hangs = sum(o.error == "timeout" for o in outcomes)  # logged once the server sees the client leave
     wait_until(lambda: sum(line["fault"] == "hang" for line in read_ledger(ledger)) == hangs)
     lines = read_ledger(ledger)
@@ -95,12 +100,15 @@ def test_the_ledger_marks_what_never_reached_the_client(launch: Launch, tmp_path
     assert all(line["delivered"] for line in lines if line["fault"] == "abort")
 
 
-def test_a_restarted_server_appends_to_the_same_ledger(launch: Launch, tmp_path: Path) -> None:
+def test_a_restarted_server_appends_to_the_same_ledger(
+    launch: Launch, contract: ModuleType, tmp_path: Path
+) -> None:
     ledger = tmp_path / "ledger.jsonl"
     server = launch("--ledger", str(ledger))
-    request(server.url, "/generate", BODIES[0])
+    sglang = Conformance(server.url, contract)
+    sglang.ok(BODIES[0])
     server.restart(kill=True)
-    request(server.url, "/generate", BODIES[0])
+    sglang.ok(BODIES[0])
     assert [line["request"] for line in read_ledger(ledger)] == [0, 0]
 
 

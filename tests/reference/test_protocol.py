@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -352,3 +353,51 @@ def test_text_drops_a_matched_stop_token_and_cuts_a_stop_string() -> None:
     assert p.output_text([1, 2, 3], p.finish_stop("bc"), plain, _decode) == "a"
     assert p.output_text([1, 2, 3], p.finish_stop("bc"), _sampling({"no_stop_trim": True}), _decode) == "abc"
     assert p.output_text([1, 2, 3], p.finish_length(3), plain, _decode) == "abc"
+
+
+# --- stream chunk cadence (SGLang 0.5.23 ``OutputStreamer.accept``) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("length", "interval", "expected"),
+    [
+        (12, 5, [1, 6, 11]),
+        (20, 5, [1, 6, 11, 16]),
+        (10, 4, [1, 5, 9]),
+        (6, 1, [1, 2, 3, 4, 5]),
+        (1, 5, []),
+        (5, -3, [1, 2, 3, 4]),  # SGLang does not validate it: any count of unsent tokens is enough
+    ],
+)
+def test_a_stream_sends_the_first_token_then_every_interval_after_the_last_chunk(
+    length: int, interval: int, expected: list[int]
+) -> None:
+    assert p.chunk_lengths(length, interval) == expected
+
+
+def test_a_held_back_chunk_goes_out_at_the_next_token_and_restarts_the_interval() -> None:
+    assert p.chunk_lengths(14, 5, {1, 7}.__contains__) == [2, 8, 13]
+    assert p.chunk_lengths(6, 1, {2, 3}.__contains__) == [1, 4, 5]
+
+
+def _chars(ids: Sequence[int]) -> str:
+    return "".join(map(chr, ids))
+
+
+def test_a_chunk_is_held_while_the_decoded_tail_could_start_a_stop_string() -> None:
+    out = [ord(c) for c in "xyabcab"]
+    held = p.stop_prefix_hold(out, _sampling({"stop": ["abz"]}), len, _chars)
+    assert [k for k in range(1, len(out) + 1) if held(k)] == [3, 4, 6, 7]  # ...a, ...ab
+    assert p.stop_prefix_hold(out, _sampling({}), len, _chars) is p.never_held
+    assert p.stop_prefix_hold(out, _sampling({"stop": [""]}), len, _chars) is p.never_held
+
+
+def test_the_tail_is_the_longest_stop_string_in_tokens_plus_one_unless_a_stop_regex_widens_it() -> None:
+    out = [ord(c) for c in "xabc"]
+
+    def one_token(stop: str) -> int:
+        return 1  # "abcd" as a single token: the tail is the last 2 ids, "bc"
+
+    assert not p.stop_prefix_hold(out, _sampling({"stop": ["abcd"]}), one_token, _chars)(4)
+    widened = _sampling({"stop": ["abcd"], "stop_regex": ["q+"]})
+    assert p.stop_prefix_hold(out, widened, one_token, _chars)(4)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.reference.server import Model, ServerConfig, ServerState, build_app
 from eagle3_raw.resources import reference_model_dir
 from tests.reference.conformance import Conformance
 from tests.reference.test_conformance import EOS, PROMPT, TOKENIZER
@@ -132,23 +133,47 @@ def test_unknown_paths_and_methods_get_fastapis_bodies(server: ReferenceProcess)
     assert get(server.url, "/generate").status == 405
 
 
-def test_an_api_key_is_required_when_set(launch: Launch) -> None:
+def served_routes() -> list[tuple[str, str]]:
+    """Every ``(method, path)`` the server's application routes, read from the application itself."""
+    state = ServerState(ServerConfig(), Model(None, tokenizer=False, context_length=None))
+    try:
+        routes = build_app(state).router.routes()
+        return sorted({(route.method, route.resource.canonical) for route in routes if route.resource})
+    finally:
+        state.close()
+
+
+OPEN_ROUTES = ("/health", "/health_generate")
+"""Probes SGLang leaves open whatever ``--api-key`` says (``srt/utils/auth.py``, ``decide_request_auth``)."""
+UNAUTHORIZED = (401, {"error": "Unauthorized"})
+KEY = {"Authorization": "Bearer sekret"}
+
+
+def test_an_api_key_guards_every_route_but_the_health_probes(launch: Launch, contract: ModuleType) -> None:
     server = launch("--api-key", "sekret")
+    routes = served_routes()
+    assert ("POST", "/generate") in routes and ("GET", "/health") in routes and len(routes) > 10
+    for method, path in routes:
+        without = request(server.url, path, method=method)
+        wrong = request(server.url, path, method=method, headers={"Authorization": "Bearer nope"})
+        if path in OPEN_ROUTES:
+            assert (without.status, wrong.status) == (200, 200), (method, path)
+        else:
+            refusals = [(without.status, without.json()), (wrong.status, wrong.json())]
+            assert refusals == [UNAUTHORIZED] * 2, (method, path)
+        assert request(server.url, path, method=method, headers=KEY).status != 401, (method, path)
+    sglang = Conformance(server.url, contract)
     body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}}
-    assert request(server.url, "/generate", body).status == 401
-    wrong = request(server.url, "/generate", body, headers={"Authorization": "Bearer nope"})
-    assert (wrong.status, wrong.json()) == (401, {"error": "Unauthorized"})
-    assert request(server.url, "/generate", body, headers={"Authorization": "Bearer sekret"}).status == 200
-    assert get(server.url, "/health").status == 200  # probes stay open
-    assert get(server.url, "/server_info").status == 401
-    info = get(server.url, "/server_info", headers={"Authorization": "Bearer sekret"}).json()
+    assert sglang.generate(body).status == 401
+    sglang.ok(body, headers=KEY)
+    info = get(server.url, "/server_info", headers=KEY).json()
     assert info["api_key"] == "***" and "sekret" not in info["launch_command"]
 
 
-def test_reference_stats_count_generations_and_reset(launch: Launch) -> None:
+def test_reference_stats_count_generations_and_reset(launch: Launch, contract: ModuleType) -> None:
     server = launch()
     body = {"input_ids": [PROMPT, PROMPT], "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}
-    assert request(server.url, "/generate", body).status == 200
+    Conformance(server.url, contract).ok(body)
     stats = get(server.url, "/reference/stats").json()
     assert (stats["generate_requests"], stats["completed_requests"], stats["completed_tokens"]) == (1, 2, 10)
     assert stats["slots"] is None and stats["utilization"] is None

@@ -7,7 +7,7 @@ import http.client
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -81,16 +81,24 @@ class Outcome:
     status: int | None
     body: bytes
     error: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Lower-cased names, as in :class:`Reply`."""
 
     def json(self) -> Any:
         return orjson.loads(self.body)
+
+    def reply(self) -> Reply:
+        """The complete reply (only when the request got one: a status and no client-side failure)."""
+        assert self.status is not None and self.error is None, (self.status, self.error)
+        return Reply(self.status, self.headers, self.body)
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: Any, timeout: float) -> Outcome:
     try:
         async with asyncio.timeout(timeout):
             async with session.post(url, data=orjson.dumps(body)) as response:
-                return Outcome(response.status, await response.read())
+                headers = {k.lower(): v for k, v in response.headers.items()}
+                return Outcome(response.status, await response.read(), headers=headers)
     except TimeoutError:
         return Outcome(None, b"", "timeout")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:

@@ -16,11 +16,12 @@ Where SGLang itself would crash (an ``IndexError``, ``TypeError``...), :class:`I
 stands for its plain-text 500 (:mod:`.errors`). Features the reference cannot honour (logprobs,
 grammars, beam search, logit bias, watermarks) are refused with a :class:`RequestError` naming the
 reference server, never silently ignored. :mod:`.outputs` shapes what comes back: finish reasons,
-stop matching, the trimmed ``text`` and ``meta_info``.
+stop matching, the trimmed ``text`` and ``meta_info``; :mod:`.cadence` when a stream sends a chunk.
 
 Nothing here does I/O: the server (:mod:`eagle3_raw.reference.server`) calls these in order.
 """
 
+from eagle3_raw.reference.protocol.cadence import Held, chunk_lengths, never_held, stop_prefix_hold
 from eagle3_raw.reference.protocol.contract import check_contract
 from eagle3_raw.reference.protocol.errors import (
     GateError,
@@ -58,6 +59,7 @@ __all__ = [
     "QUEUE_FULL",
     "TOP_K_ALL",
     "GateError",
+    "Held",
     "InternalServerError",
     "ItemSpec",
     "Normalized",
@@ -70,6 +72,7 @@ __all__ = [
     "check_item",
     "check_lora",
     "check_request",
+    "chunk_lengths",
     "error_object",
     "find_stop",
     "finish_abort",
@@ -79,6 +82,7 @@ __all__ = [
     "json_error",
     "meta_info",
     "missing_body",
+    "never_held",
     "normalize",
     "output_text",
     "parse_body",
@@ -86,6 +90,7 @@ __all__ = [
     "prompt_ids",
     "queued_abort",
     "queued_abort_meta",
+    "stop_prefix_hold",
     "stream_error_event",
     "validation_error",
     "value_error_body",

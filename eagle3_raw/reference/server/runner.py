@@ -36,14 +36,20 @@ async def run_all(state: ServerState, jobs: list[Job], emit: Emit, streaming: bo
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _steps(length: int, interval: int) -> list[int]:
-    """Output lengths at which a stream sends a chunk before the final one (the first id at once)."""
-    return sorted({1, *range(interval, length, interval)} - {length}) if length > 1 else []
+def _chunk_lengths(state: ServerState, job: Job) -> list[int]:
+    """Output lengths at which the job's stream sends a chunk before the final one (SGLang's cadence)."""
+    model = state.model
+
+    def stop_tokens(stop: str) -> int:
+        return len(model.encode(stop, add_special_tokens=False))
+
+    held = p.stop_prefix_hold(job.planned, job.sampling, stop_tokens, model.decode_raw)
+    return p.chunk_lengths(len(job.planned), job.interval, held)
 
 
 def _run_instant(state: ServerState, job: Job, emit: Emit, streaming: bool) -> None:
     if job.planned_finish.get("status_code") is None and streaming:
-        for k in _steps(len(job.planned), job.interval):
+        for k in _chunk_lengths(state, job):
             job.output_ids = job.planned[:k]
             emit(job, False)
     job.end(job.planned, job.planned_finish)
@@ -56,7 +62,8 @@ async def _run_timed(state: ServerState, job: Job, emit: Emit, streaming: bool) 
         job.end([], job.planned_finish)
         return _finished(state, job, emit)
     try:
-        await _queue_and_decode(job, state.slots, state.config.timing, job.ticket, emit, streaming)
+        steps = _chunk_lengths(state, job) if streaming else []
+        await _queue_and_decode(job, state.slots, state.config.timing, job.ticket, emit, steps)
     except asyncio.CancelledError:
         state.counters.aborted_requests += 1  # the client left (or a batch was refused): SGLang aborts
         raise
@@ -64,7 +71,7 @@ async def _run_timed(state: ServerState, job: Job, emit: Emit, streaming: bool) 
 
 
 async def _queue_and_decode(
-    job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, streaming: bool
+    job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, steps: list[int]
 ) -> None:
     try:
         await slots.acquire(ticket)
@@ -73,19 +80,20 @@ async def _queue_and_decode(
     except QueueFull:
         return job.end([], p.queued_abort(p.QUEUE_FULL, 503), queued=True)
     try:
-        await _decode(job, slots, timing, ticket, emit, streaming)
+        await _decode(job, slots, timing, ticket, emit, steps)
     finally:
         slots.release(ticket)
 
 
 async def _decode(
-    job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, streaming: bool
+    job: Job, slots: Slots, timing: Timing, ticket: Ticket, emit: Emit, steps: list[int]
 ) -> None:
-    """Hold the slot for the prefill, then for each streamed step; stop early on an abort."""
+    """Hold the slot for the prefill, then until each of ``steps`` (the output lengths that send a
+    stream chunk) and the end; stop early on an abort."""
     start = slots.now() + timing.prefill_seconds(len(job.input_ids) - job.cached)
     done, total = 0, len(job.planned)
     if await slots.hold_until(ticket, start):
-        for k in [*_steps(total, job.interval), total] if streaming else [total]:
+        for k in [*steps, total]:
             if not await slots.hold_until(ticket, start + timing.decode_seconds(k)):
                 done = min(timing.tokens_in(slots.now() - start), k)
                 break
