@@ -294,7 +294,7 @@ async def server_identity(session: aiohttp.ClientSession, url: str, timeout: flo
         version=str(server_info.get("version") or "unknown"),
         context_length=max_model_len or _int_or_none(server_info.get("context_length")),
         max_req_input_len=_scheduler_value(server_info, "max_req_input_len"),
-        max_running_requests=_scheduler_value(server_info, "max_running_requests"),
+        max_running_requests=_max_running_requests(server_info),
         model_info=scrub(dict(model_info)),
         server_info=scrub({k: server_info[k] for k in SERVER_INFO_KEYS if k in server_info}),
     )
@@ -330,6 +330,18 @@ def _scheduler_value(server_info: Mapping[str, Any], key: str) -> int | None:
     if value is None and isinstance(states, list) and states and isinstance(states[0], dict):
         value = states[0].get(key)
     return _int_or_none(value)
+
+
+def _max_running_requests(server_info: Mapping[str, Any]) -> int | None:
+    """The batch size the server really runs: the sum over DP ranks of the scheduler's
+    ``effective_max_running_requests_per_dp`` (``internal_states``), else the configured value
+    (null in ``/server_info`` unless passed on the command line)."""
+    states = server_info.get("internal_states")
+    if isinstance(states, list) and states and all(isinstance(s, dict) for s in states):
+        effective = [_int_or_none(s.get("effective_max_running_requests_per_dp")) for s in states]
+        if all(e is not None and e > 0 for e in effective):
+            return sum(e for e in effective if e is not None)
+    return _scheduler_value(server_info, "max_running_requests")
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -142,7 +142,7 @@ def test_manifest_records_server_tokenizer_versions_and_counts(
     rows = _load(REPO, "haiku", result.commit, token)
     assert manifest["fingerprint"] == result.fingerprint and manifest["name"] == "haiku"
     assert manifest["server"]["version"] and manifest["server"]["model_path"]
-    assert manifest["server"]["server_info"]["max_running_requests"] > 0
+    assert "max_running_requests" in manifest["server"]["server_info"]  # null unless passed, as in SGLang
     assert (
         len(manifest["tokenizer"]["tokenizer_sha256"])
         == len(manifest["tokenizer"]["chat_template_sha256"])

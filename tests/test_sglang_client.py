@@ -194,3 +194,34 @@ async def test_a_server_that_accepts_but_never_answers_is_named_with_the_timeout
             with pytest.raises(ServerUnreachable) as raised:
                 await sglang.server_identity(session, url, 0.3)
     assert str(raised.value) == f"cannot reach {url}/model_info: no answer within 0.3 s"
+
+
+_RANK = {"effective_max_running_requests_per_dp": 48}
+
+
+@pytest.mark.parametrize(
+    ("server_info", "expected"),
+    [
+        ({"max_running_requests": None, "dp_size": 2, "internal_states": [_RANK, _RANK]}, 96),
+        ({"max_running_requests": 64, "internal_states": [{}]}, 64),  # an older server: the flag
+        ({"max_running_requests": None, "internal_states": []}, None),
+    ],
+)  # fmt: skip
+async def test_the_batch_size_is_what_the_schedulers_really_run(
+    server_info: dict[str, Any], expected: int | None
+) -> None:
+    """SGLang's ``/server_info`` has null for ``--max-running-requests`` unless it was passed; the
+    scheduler's effective value per DP rank is in ``internal_states``."""
+    app = web.Application()
+    answers = {"/model_info": {"model_path": "m"}, "/server_info": server_info, "/v1/models": {"data": []}}
+    for path, body in answers.items():
+        app.router.add_get(path, lambda _, body=body: web.json_response(body))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        async with sglang.new_session(connect_timeout=2, api_key=None) as session:
+            identity = await sglang.server_identity(session, f"http://127.0.0.1:{runner.addresses[0][1]}", 2)
+    finally:
+        await runner.cleanup()
+    assert identity.max_running_requests == expected

@@ -64,7 +64,7 @@ class Info:
             "trust_remote_code": False, "context_length": c.context_length, "is_embedding": False,
             "revision": None, "host": c.host, "port": c.port, "served_model_name": s.served_model_name,
             "dtype": "auto", "quantization": None, "device": "cpu", "api_key": "***" if c.api_key else None,
-            "max_running_requests": s.max_running_requests, "max_queued_requests": c.max_queued_requests,
+            "max_running_requests": c.max_running_requests, "max_queued_requests": c.max_queued_requests,
             "max_total_tokens": None, "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
             "schedule_policy": "fcfs", "tp_size": 1, "dp_size": 1, "pp_size": 1,
             "stream_interval": c.stream_interval, "incremental_streaming_output": False,
