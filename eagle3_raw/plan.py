@@ -158,8 +158,14 @@ def _params(recipe: Recipe, source_id: str, key: RowKey, prompt_len: int, limits
 
 
 def fit_max_new_tokens(params: dict[str, Any], prompt_len: int, context_length: int | None) -> dict[str, Any]:
-    """``params`` with ``max_new_tokens`` lowered so prompt + output fit the context (SGLang refuses
-    ``prompt_len + max_new_tokens > context_len`` with a 400; the row then ends as ``length``)."""
+    """``params`` with ``max_new_tokens`` lowered so prompt + output fit ``context_length`` (the
+    tokens SGLang allows a request; it refuses more with a 400; the row then ends as ``length``), and
+    ``min_new_tokens`` with it (SGLang refuses ``min_new_tokens > max_new_tokens``)."""
     if context_length is None or prompt_len + params["max_new_tokens"] <= context_length:
         return params
-    return {**params, "max_new_tokens": max(1, context_length - prompt_len)}
+    fitted = max(1, context_length - prompt_len)
+    return {
+        **params,
+        "max_new_tokens": fitted,
+        "min_new_tokens": min(params.get("min_new_tokens", 0), fitted),
+    }

@@ -367,6 +367,10 @@ def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
         )  # fmt: skip
     for key, value in params.items():
         _check_sampling_value(key, value)
+    minimum = params.get("min_new_tokens")
+    if isinstance(minimum, int) and minimum > params["max_new_tokens"]:
+        allowed = f"at most sampling.max_new_tokens ({params['max_new_tokens']}); SGLang refuses more"
+        raise RecipeError("sampling.min_new_tokens", minimum, allowed)
     return SamplingConfig(
         params=params,
         samples_per_prompt=_get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1),

@@ -18,7 +18,7 @@ import random
 import signal
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,6 +204,8 @@ class _Run:
         for url, error in errors:
             log.warning("endpoint %s is not answering (%s); continuing without it until it does", url, error)
         _check_same_model(identities)
+        for identity in identities:
+            _check_preferred_sampling(identity, self.recipe.sampling.request_params())
         return identities, [url for url, _ in errors]
 
     async def _check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
@@ -360,6 +362,7 @@ class _Run:
         try:
             identity = await sglang.server_identity(self.session, url, timeout)
             _check_same_model([self.identity, identity])
+            _check_preferred_sampling(identity, self.recipe.sampling.request_params())
             await self._check_tokenizer(identity)
         except (ServerUnreachable, ServerMismatch, RetryableError, RowError) as exc:
             log.warning("endpoint %s answers /health but stays out: %s", url, exc)
@@ -601,7 +604,7 @@ def _backoff(attempt: int) -> float:
 
 def _limits(identities: Sequence[sglang.ServerIdentity]) -> Limits:
     inputs = [i.input_limit for i in identities if i.input_limit is not None]
-    contexts = [i.context_length for i in identities if i.context_length is not None]
+    contexts = [i.token_budget for i in identities if i.token_budget is not None]
     return Limits(min(inputs, default=None), min(contexts, default=None))
 
 
@@ -609,6 +612,20 @@ def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
     """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
     running = [i.max_running_requests for i in identities if i.max_running_requests]
     return min(int(max(running) * 1.25) + 8, MAX_DEFAULT_IN_FLIGHT) if running else DEFAULT_IN_FLIGHT
+
+
+def _check_preferred_sampling(identity: sglang.ServerIdentity, sent: Mapping[str, Any]) -> None:
+    """ServerMismatch if the server's ``--preferred-sampling-params`` would fill in keys our requests
+    leave out: the rows would change without the recipe (or its fingerprint) changing."""
+    taken = sorted(k for k in identity.preferred_sampling_params if k not in sent)
+    if taken:
+        given = ", ".join(f"{k}={identity.preferred_sampling_params[k]!r}" for k in taken)
+        raise ServerMismatch(
+            f"{identity.url} was started with --preferred-sampling-params that SGLang applies to every "
+            f"request leaving them out ({given}); the rows would change without the recipe changing. "
+            f"Set {', '.join(f'sampling.{k}' for k in taken)} in the recipe, or restart the server "
+            "without them"
+        )
 
 
 def _check_same_model(identities: Sequence[sglang.ServerIdentity]) -> None:

@@ -36,7 +36,7 @@ SERVER_INFO_KEYS = (
     "version", "model_path", "tokenizer_path", "served_model_name", "context_length", "dtype",
     "quantization", "tp_size", "dp_size", "skip_tokenizer_init", "enable_deterministic_inference",
     "max_running_requests", "max_total_num_tokens", "max_req_input_len", "preferred_sampling_params",
-    "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command",
+    "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command", "speculative_algorithm",
 )  # fmt: skip
 """``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
 
@@ -68,6 +68,11 @@ class ServerIdentity:
     max_running_requests: int | None
     model_info: Mapping[str, Any] = field(default_factory=dict)
     server_info: Mapping[str, Any] = field(default_factory=dict)
+    reserved_tokens: int = 0
+    """Output slots reserved per request for EAGLE-style speculative decoding; SGLang counts them
+    with the prompt against the context length (``compute_num_reserved_tokens``)."""
+    preferred_sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    """``--preferred-sampling-params``: SGLang applies them to every request that leaves them out."""
 
     def comparable(self) -> dict[str, Any]:
         """The facts that must not change between a run and its resume (or across endpoints)."""
@@ -79,11 +84,19 @@ class ServerIdentity:
         }
 
     @property
+    def token_budget(self) -> int | None:
+        """Prompt plus ``max_new_tokens`` the server accepts: the context length less the reserved
+        slots (SGLang refuses more with a 400), if known."""
+        return None if self.context_length is None else self.context_length - self.reserved_tokens
+
+    @property
     def input_limit(self) -> int | None:
-        """The longest prompt the server accepts (``max_req_input_len - 1``; §5), if known."""
+        """The longest prompt the server accepts (``max_req_input_len - 1``; §5, and below the
+        token budget), if known."""
+        budget = self.token_budget
         if self.max_req_input_len is not None:
-            return self.max_req_input_len - 1
-        return None if self.context_length is None else self.context_length - 7
+            return self.max_req_input_len - 1 if budget is None else min(self.max_req_input_len, budget) - 1
+        return None if budget is None else budget - 7
 
 
 def new_session(*, connect_timeout: float, api_key: str | None, limit: int = 0) -> aiohttp.ClientSession:
@@ -297,6 +310,8 @@ async def server_identity(session: aiohttp.ClientSession, url: str, timeout: flo
         max_running_requests=_max_running_requests(server_info),
         model_info=scrub(dict(model_info)),
         server_info=scrub({k: server_info[k] for k in SERVER_INFO_KEYS if k in server_info}),
+        reserved_tokens=_reserved_tokens(server_info),
+        preferred_sampling_params=_preferred(model_info.get("preferred_sampling_params"), url),
     )
 
 
@@ -330,6 +345,45 @@ def _scheduler_value(server_info: Mapping[str, Any], key: str) -> int | None:
     if value is None and isinstance(states, list) and states and isinstance(states[0], dict):
         value = states[0].get(key)
     return _int_or_none(value)
+
+
+_EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP", "NEXTN"})
+
+
+def _reserved_tokens(server_info: Mapping[str, Any]) -> int:
+    """SGLang's ``compute_num_reserved_tokens``: for EAGLE-style speculative decoding,
+    max(eagle_topk x num_steps, num_draft_tokens) output slots per request; else 0. Resolved values
+    (``internal_states``) first: the top level has null for what was not passed."""
+
+    def resolved(key: str) -> Any:
+        states = server_info.get("internal_states")
+        state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+        value = state.get(key)
+        return server_info.get(key) if value is None else value
+
+    algorithm = resolved("speculative_algorithm")
+    if not isinstance(algorithm, str) or algorithm.upper() not in _EAGLE_ALGORITHMS:
+        return 0
+    topk, steps = (
+        _int_or_none(resolved(k)) or 0 for k in ("speculative_eagle_topk", "speculative_num_steps")
+    )
+    drafts = [
+        _int_or_none(resolved(k)) or 0
+        for k in ("speculative_num_draft_tokens", "max_speculative_num_draft_tokens")
+    ]
+    return max(topk * steps, *drafts)
+
+
+def _preferred(value: Any, url: str) -> dict[str, Any]:
+    """``preferred_sampling_params`` as a mapping (SGLang reports the parsed JSON, or null)."""
+    if isinstance(value, str) and value.strip():
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidResponse(
+                f"{url}/model_info: preferred_sampling_params is not JSON ({exc})", url=url
+            ) from exc
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 def _max_running_requests(server_info: Mapping[str, Any]) -> int | None:

@@ -58,6 +58,7 @@ def test_yaml_round_trip_keeps_every_field(recipe_dir: Path) -> None:
         ({"sampling__n": 2}, "sampling.n", "samples_per_prompt"),
         ({"sampling__temperature": "hot"}, "sampling.temperature", ">= 0"),
         ({"sampling__samples_per_prompt": 0}, "sampling.samples_per_prompt", ">= 1"),
+        ({"sampling__min_new_tokens": 5000}, "sampling.min_new_tokens", "at most sampling.max_new_tokens"),
         ({"prompts__format": "csv"}, "prompts.format", "sharegpt"),
         ({"prompts__limit": -3}, "prompts.limit", ">= 1"),
         ({"server": {}}, "server.endpoints", "launch: reference"),

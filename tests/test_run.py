@@ -20,6 +20,7 @@ import pytest
 from eagle3_raw.builder import build
 from eagle3_raw.errors import ServerMismatch
 from eagle3_raw.recipe import load_recipe
+from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.run import RunOptions, run
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 from tests.reference.wire import get
@@ -226,3 +227,39 @@ def test_the_bar_in_a_terminal_counts_completed_rows_with_rate_and_time_left(tmp
     assert any(int(f[4]) > 0 and int(f[0]) > 0 for f in frames)
     assert any(f[2] != "-:--:--" for f in frames)  # a time left was shown
     assert "rows              60" in text  # then the summary
+
+
+def test_prompts_near_the_limit_fit_a_speculative_servers_reserved_slots(tmp_path: Path) -> None:
+    """An EAGLE-3 server reserves draft slots per request and counts them with the prompt: the
+    client fits prompts and max_new_tokens (and min_new_tokens under it) to what is left."""
+    rows = [{"id": f"w{k}", "prompt": "word " * k} for k in range(220, 320, 2)]
+    write_jsonl(tmp_path / "prompts.jsonl", rows)
+    speculative = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3")
+    speculative += ("--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4")
+    with reference_server(tmp_path, "--context-length", "300", *speculative) as (server, ledger):
+        sampling = {"max_new_tokens": 64, "min_new_tokens": 16}
+        built = _build(write_recipe(tmp_path, endpoints=[server.url], sampling=sampling), tmp_path, "spec")
+        refused = [g for g in read_ledger(ledger) if g.get("status") == 400]
+    assert built.run_result is not None
+    summary, made = built.run_result.summary, built.dataset
+    assert not summary.failed and not refused, summary.failed
+    assert summary.skipped and all("accepts at most" in reason for reason in summary.skipped)
+    fitted = [m["max_new_tokens"] for m in made["meta"] if m["max_new_tokens"] < 64]
+    assert fitted and min(fitted) < 16  # some came close to the limit: min_new_tokens lowered too
+    assert max(len(ids) for ids in made["input_ids"]) <= 300 - 6  # 6 slots reserved: max(2 x 3, 4)
+
+
+def test_a_server_whose_preferred_sampling_params_would_change_the_rows_is_refused(tmp_path: Path) -> None:
+    _prompts(tmp_path, 4)
+    preferred = ("--preferred-sampling-params", '{"ignore_eos": true, "temperature": 0.1}')
+    with reference_server(tmp_path, *preferred) as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url])
+        with pytest.raises(
+            ServerMismatch, match=r"preferred-sampling-params .*ignore_eos=True.*sampling\.ignore_eos"
+        ):
+            _run(recipe, tmp_path)
+        assert generations(ledger) == []
+        # temperature is sent on every request: only the key left out matters; set it, and it runs
+        sampling = {"ignore_eos": False, "max_new_tokens": 200}
+        result = _run(write_recipe(tmp_path, endpoints=[server.url], sampling=sampling), tmp_path)
+    assert result.summary.rows == 4 and result.summary.finish_reasons.get("stop", 0) > 0

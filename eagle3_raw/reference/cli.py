@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
@@ -37,6 +38,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang.add_argument(
         "--stream-interval", type=int, default=1, help="a chunk after id 1, then every N ids (default: 1)"
     )
+    sglang.add_argument(
+        "--preferred-sampling-params",
+        help="JSON object applied to every request's sampling_params for the keys it leaves out",
+    )
+    sglang.add_argument(
+        "--speculative-algorithm", choices=("EAGLE", "EAGLE3", "NEXTN"),
+        help="reported in /server_info; its reserved output slots count against the context (no drafting)",
+    )  # fmt: skip
+    sglang.add_argument("--speculative-num-steps", type=int, help="with --speculative-algorithm")
+    sglang.add_argument("--speculative-eagle-topk", type=int, help="with --speculative-algorithm")
+    sglang.add_argument("--speculative-num-draft-tokens", type=int, help="with --speculative-algorithm")
     ref = parser.add_argument_group("reference server options")
     ref.add_argument(
         "--faults", help='fault rates per /generate request, e.g. "http500=0.05,reset=0.02,hang=0.01"'
@@ -70,7 +82,23 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         stream_interval=args.stream_interval,
         faults=FaultSpec.parse(args.faults, args.fault_seed) if args.faults else None,
         slots=args.slots, timing=timing, ledger=args.ledger, launch_command=_redacted(sys.argv),
+        preferred_sampling_params=_json_object("--preferred-sampling-params", args.preferred_sampling_params),
+        speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps,
+        speculative_eagle_topk=args.speculative_eagle_topk,
+        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
     )  # fmt: skip
+
+
+def _json_object(option: str, text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{option}: not JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{option}: expected a JSON object, got {text!r}")
+    return value
 
 
 def _redacted(argv: Sequence[str]) -> str:

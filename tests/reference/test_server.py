@@ -69,6 +69,44 @@ def test_server_info_reports_a_context_length_passed_on_the_command_line(launch:
     assert get(server.url, "/v1/models").json()["data"][0]["max_model_len"] == 1000
 
 
+def test_preferred_sampling_params_fill_in_what_a_request_leaves_out(launch: Launch) -> None:
+    server = launch("--preferred-sampling-params", '{"ignore_eos": true, "max_new_tokens": 40}')
+    assert get(server.url, "/model_info").json()["preferred_sampling_params"] == {
+        "ignore_eos": True,
+        "max_new_tokens": 40,
+    }
+    left_out = request(
+        server.url, "/generate", {"input_ids": PROMPT, "sampling_params": {"temperature": 0}}
+    ).json()
+    assert left_out["meta_info"]["finish_reason"] == {"type": "length", "length": 40}  # ignore_eos: no stop
+    given = {"temperature": 0, "max_new_tokens": 5}
+    assert (
+        len(
+            request(server.url, "/generate", {"input_ids": PROMPT, "sampling_params": given}).json()[
+                "output_ids"
+            ]
+        )
+        == 5
+    )
+
+
+def test_a_speculative_servers_reserved_slots_count_with_the_prompt(launch: Launch) -> None:
+    server = launch(
+        "--context-length", "100", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+    )  # fmt: skip
+    state = get(server.url, "/server_info").json()["internal_states"][0]
+    assert (state["speculative_algorithm"], state["speculative_num_draft_tokens"]) == ("EAGLE3", 4)
+    fits = {"input_ids": [5] * 90, "sampling_params": {"max_new_tokens": 6}}
+    assert request(server.url, "/generate", fits).status == 200
+    over = {"input_ids": [5] * 90, "sampling_params": {"max_new_tokens": 7}}
+    reply = request(server.url, "/generate", over)
+    assert (
+        reply.status == 400
+        and "You requested a total of 101 tokens: 94 tokens from the input" in reply.body.decode()
+    )
+
+
 def test_v1_models_reports_the_effective_context_length(
     server: ReferenceProcess, contract: ModuleType
 ) -> None:

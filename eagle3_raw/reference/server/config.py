@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
@@ -29,6 +31,20 @@ class ServerConfig:
     timing: Timing | None = None
     ledger: Path | None = None
     launch_command: str = ""
+    preferred_sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+
+    @property
+    def reserved_tokens(self) -> int:
+        """Output slots reserved per request (SGLang's ``compute_num_reserved_tokens``): only EAGLE
+        algorithms reserve, max(topk x steps, draft tokens); the reference only reports and counts them."""
+        if (self.speculative_algorithm or "").upper() not in ("EAGLE", "EAGLE3", "NEXTN"):
+            return 0
+        topk, steps = self.speculative_eagle_topk or 0, self.speculative_num_steps or 0
+        return max(topk * steps, self.speculative_num_draft_tokens or 0)
 
     def __post_init__(self) -> None:
         if (self.slots is None) != (self.timing is None):
@@ -41,5 +57,10 @@ class ServerConfig:
             raise ValueError(f"--context-length must be at least 8, got {self.context_length}")
         if self.stream_interval < 1:
             raise ValueError(f"--stream-interval must be at least 1, got {self.stream_interval}")
+        if self.speculative_algorithm is not None and self.reserved_tokens < 1:
+            raise ValueError(
+                "--speculative-algorithm EAGLE/EAGLE3 needs --speculative-num-steps and "
+                "--speculative-eagle-topk, or --speculative-num-draft-tokens"
+            )
         if self.max_queued_requests is not None and self.slots is None:
             raise ValueError("--max-queued-requests needs capacity mode (--slots, --ms-per-token)")

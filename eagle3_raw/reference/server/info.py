@@ -40,7 +40,7 @@ class Info:
             "served_model_name": self.state.served_model_name,
             "tokenizer_path": str(model.path),
             "is_generation": True,
-            "preferred_sampling_params": None,
+            "preferred_sampling_params": dict(self.state.config.preferred_sampling_params) or None,
             "weight_version": "default",
             "load_format": "auto",
             "reasoning_parser": None,
@@ -70,7 +70,9 @@ class Info:
             "stream_interval": c.stream_interval, "incremental_streaming_output": False,
             "random_seed": None, "enable_deterministic_inference": True, "allow_auto_truncate": False,
             "disable_radix_cache": c.disable_radix_cache, "enable_return_hidden_states": False,
-            "enable_custom_logit_processor": False, "preferred_sampling_params": None,
+            "enable_custom_logit_processor": False,
+            "preferred_sampling_params": dict(c.preferred_sampling_params) or None,
+            **self._speculative(),
             "sampling_defaults": "model", "launch_command": c.launch_command, "status": "ready",
             "max_total_num_tokens": s.max_total_num_tokens,
             "max_req_input_len": s.limits.max_req_input_len,
@@ -78,8 +80,18 @@ class Info:
             "version": VERSION, "frontend": "python", "reference": self._reference_info(),
         }  # fmt: skip
 
+    def _speculative(self) -> dict[str, Any]:
+        c = self.state.config
+        return {
+            "speculative_algorithm": c.speculative_algorithm,
+            "speculative_num_steps": c.speculative_num_steps,
+            "speculative_eagle_topk": c.speculative_eagle_topk,
+            "speculative_num_draft_tokens": c.speculative_num_draft_tokens,
+        }  # fmt: skip
+
     def _internal_state(self) -> dict[str, Any]:
         return {
+            **self._speculative(),
             "effective_max_running_requests_per_dp": self.state.max_running_requests,
             "last_gen_throughput": 0.0,
             "#running-req": self.state.running,
@@ -129,3 +141,4 @@ class Info:
         if self.state.slots is not None:
             self.state.slots.reset_accounting()
         return await self.stats(request)
+

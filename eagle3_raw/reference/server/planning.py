@@ -10,6 +10,7 @@ capacity mode's timing) is :mod:`.runner`'s business.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from eagle3_raw.reference import protocol as p
@@ -25,9 +26,13 @@ def prepare(state: ServerState, req: p.Normalized) -> list[Job]:
     """Tokenize and validate every item, in order (the first failing item decides the 400)."""
     jobs: list[Job] = []
     parsed: dict[int, p.Sampling] = {}  # the items of a batch usually share one sampling_params dict
-    for index, spec in enumerate(req.items):
+    preferred = state.config.preferred_sampling_params
+    for index, given in enumerate(req.items):
+        # SGLang: {**preferred_sampling_params, **sampling_params} (tokenizer_manager.py:1549)
+        spec = dataclasses.replace(given, sampling={**preferred, **given.sampling}) if preferred else given
         ids = p.prompt_ids(spec, state.encode, radix_cache=state.cache is not None)
-        p.check_item(spec, len(ids), state.model.context_len, state.model.vocab_size)
+        reserved = state.config.reserved_tokens  # counted with the prompt (tokenizer_manager.py:1335)
+        p.check_item(spec, len(ids) + reserved, state.model.context_len, state.model.vocab_size)
         sampling = parsed.get(id(spec.sampling))
         if sampling is None:
             sampling = parsed[id(spec.sampling)] = p.parse_sampling(
