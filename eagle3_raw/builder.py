@@ -10,7 +10,6 @@ Keyword arguments other than ``recipe`` are recipe overrides (``sampling={"tempe
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,28 +120,35 @@ def journal_tables(journal_dir: Path, recipe: Recipe) -> Iterator[tuple[Any, pa.
             rows += table.num_rows
             yield Key(0, batch), table
         if rows == 0:  # datasets cannot hold an empty split: say why there is nothing
-            raise FatalError(_no_rows_message(journal.stats(), recipe, journal_dir))
+            raise FatalError(_no_rows_message(journal.stats(), journal.failures(), recipe, journal_dir))
 
 
-def _no_rows_message(stats: dict[str, Any], recipe: Recipe, journal_dir: Path) -> str:
-    """Why the set is empty: counts, then the most common skip/fail reasons (each names its row)."""
-    failures = stats["failures"]
+def _no_rows_message(
+    stats: dict[str, Any], failures: list[dict[str, Any]], recipe: Recipe, journal_dir: Path
+) -> str:
+    """Why the set is empty: counts, then the most common skip/fail reasons with their rows."""
+    counts = stats["failures"]
     return (
         f"recipe {recipe.name!r} produced no rows: {stats['rows']} generated"
         + (" (all ended on length and on_truncation is drop)" if recipe.on_truncation == "drop" else "")
-        + f", {sum(failures.get('skipped', {}).values())} skipped, {sum(failures.get('failed', {}).values())}"
+        + f", {sum(counts.get('skipped', {}).values())} skipped, {sum(counts.get('failed', {}).values())}"
         f" failed; reasons are in the journal {journal_dir}" + _top_failures(failures)
     )
 
 
-def _top_failures(failures: Mapping[str, Mapping[str, int]], most: int = 5) -> str:
-    """Up to ``most`` lines ``  N x <kind>: <reason>``, most common first, and how many are not shown."""
-    counts = Counter(
-        {f"{kind}: {reason}": n for kind, reasons in failures.items() for reason, n in reasons.items()}
+def _top_failures(failures: list[dict[str, Any]], most: int = 5, ids: int = 3) -> str:
+    """Up to ``most`` lines ``  N x <kind>: <reason> (rows a, b, ...)``, most common first, and how
+    many reasons are not shown."""
+    rows: dict[str, list[str]] = {}
+    for failure in failures:
+        rows.setdefault(f"{failure['kind']}: {failure['reason']}", []).append(str(failure["id"]))
+    top = sorted(rows.items(), key=lambda item: -len(item[1]))[:most]
+    shown = "".join(
+        f"\n  {len(names):>6,} x {reason} (row{'s' if len(names) > 1 else ''} "
+        f"{', '.join(names[:ids])}{', ...' if len(names) > ids else ''})"
+        for reason, names in top
     )
-    top = counts.most_common(most)
-    shown = "".join(f"\n  {n:>6,} x {reason}" for reason, n in top)
-    more = len(counts) - len(top)
+    more = len(rows) - len(top)
     return shown + (f"\n  ... and {more} other reasons" if more > 0 else "")
 
 

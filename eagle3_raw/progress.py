@@ -37,12 +37,12 @@ class RunStats:
     planned: int | None = None
     """Rows (and skips) this run plans, once the planner has gone through the whole source."""
     queued: int = 0
-    """Rows planned so far; with the counts below, an estimate of ``planned`` before it is known."""
+    """Rows planned so far; with the fields below, an estimate of ``planned`` before it is known."""
     source_rows: int | None = None
-    source_position: int = 0
-    conversations: int = 0
-    shard_count: int = 1
-    _settled: tuple[int, int] = (0, 0)  # (rows, conversations) queued before the current conversation
+    """Rows in the prompt source (after ``limit``), when it can be counted cheaply."""
+    _first_index: int | None = None  # source row of the first planned row
+    _current_index: int = -1  # source row being planned
+    _settled: int = 0  # rows planned before the current source row
 
     @property
     def elapsed(self) -> float:
@@ -59,22 +59,23 @@ class RunStats:
 
     def note_planned(self, source_index: int) -> None:
         """The planner queued a row of source row ``source_index`` (called in canonical order)."""
-        if source_index + 1 != self.source_position:
-            self._settled = (self.queued, self.conversations)
-            self.conversations += 1
-            self.source_position = source_index + 1
+        if source_index != self._current_index:
+            if self._first_index is None:
+                self._first_index = source_index
+            self._settled, self._current_index = self.queued, source_index
         self.queued += 1
 
     def total(self) -> tuple[int | None, bool]:
         """(rows this build will have an outcome for, whether that is exact): exact once planning
-        ended; before, extrapolated from the rows per source row of the conversations planned."""
+        ended; before, extrapolated at the density of planned rows per source row since the first
+        planned one (right for a fresh run, a shard, a resume after a kill, or scattered retries)."""
         if self.planned is not None:
             return self.replayed + self.planned, True
-        rows, conversations = self._settled
-        if self.source_rows is None or not conversations:
+        span = self._current_index - (self._first_index or 0)
+        if self.source_rows is None or span <= 0:
             return None, False
-        ahead = max(0, self.source_rows - self.source_position + 1) / self.shard_count  # current one too
-        return self.replayed + rows + round(ahead * rows / conversations), False
+        ahead = max(0, self.source_rows - self._current_index)
+        return self.replayed + self._settled + round(ahead * self._settled / span), False
 
     def eta(self) -> float | None:
         """Seconds to go at this run's pace so far, when the total is known or estimated."""

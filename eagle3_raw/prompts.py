@@ -427,9 +427,17 @@ class _Table(Protocol):
     def at(self, position: int) -> _Raw: ...
 
 
-def count_source_rows(recipe: Recipe) -> int:
-    """How many source rows a run goes through (after ``limit``), counted without parsing them."""
-    count = open_source(recipe).count()
+def count_source_rows(recipe: Recipe) -> int | None:
+    """How many source rows a run goes through (after ``limit``), when that is cheap: local JSON
+    Lines (lines counted, not parsed) and Parquet (metadata). None for JSON files, which would be
+    parsed a second time, and Hub datasets."""
+    path = recipe.resolve_path(recipe.prompts.source)
+    if not path.exists():
+        return None
+    files = _data_files(path)
+    if any(f.name.endswith(".json") for f in files):
+        return None
+    count = _Files([_open_file(f, f.name) for f in files]).count()
     limit = recipe.prompts.limit
     return count if limit is None else min(count, limit)
 

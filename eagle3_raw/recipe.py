@@ -134,8 +134,9 @@ class SamplingConfig:
     seed: int = 0
 
     def request_params(self) -> dict[str, Any]:
-        """The ``sampling_params`` every request carries (before its ``sampling_seed``)."""
-        return {**SGLANG_SAMPLING_DEFAULTS, **self.params}
+        """The ``sampling_params`` every request carries (before its ``sampling_seed``); a key
+        written as null is left out, which is what null means (SGLang's default)."""
+        return {k: v for k, v in {**SGLANG_SAMPLING_DEFAULTS, **self.params}.items() if v is not None}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from eagle3_raw.errors import (
 )
 from eagle3_raw.plan import Job, Limits, Shard, Skip, plan_jobs
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
+from eagle3_raw.recipe import MANAGED_SAMPLING_KEYS
 from eagle3_raw.redact import scrub
 from eagle3_raw.rows import Row
 from eagle3_raw.shards import mark_complete
@@ -60,6 +61,9 @@ MAX_DEFAULT_IN_FLIGHT = 1024
 
 _CHUNK = 64
 _TOKENIZE_ATTEMPTS = 3
+# Preferred sampling params that cannot change a row: every job sends its own sampling_seed, and
+# stream_interval only paces streamed replies.
+_HARMLESS_PREFERRED = frozenset({"sampling_seed", "stream_interval"})
 _ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
 
 
@@ -292,7 +296,6 @@ class _Run:
         self.vocab_size = self.renderer.vocab_size
         done = self.journal.done()
         self.stats.replayed = len(done)
-        self.stats.shard_count = self.options.shard.count
         exclude = done | {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
         feed = _JobFeed(self._stop, maxsize=max(4 * _CHUNK, 2 * self.pool.capacity))
         self.display.start(f"{self.recipe.name}")
@@ -451,6 +454,8 @@ class _Run:
         except BaseException as exc:
             fault = isinstance(exc, _ENDPOINT_FAULTS) and not self._stop.is_set()  # not our own aborts
             await self.pool.release(endpoint, ok=False, endpoint_fault=fault)
+            if self.affinity.get(job.key.index) is endpoint:
+                del self.affinity[job.key.index]  # a retry goes to the least loaded endpoint
             if isinstance(exc, RequestTimeout):
                 self._background(sglang.abort(self.session, endpoint.url, rid))
             raise
@@ -617,15 +622,18 @@ def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
 def _check_preferred_sampling(identity: sglang.ServerIdentity, sent: Mapping[str, Any]) -> None:
     """ServerMismatch if the server's ``--preferred-sampling-params`` would fill in keys our requests
     leave out: the rows would change without the recipe (or its fingerprint) changing."""
-    taken = sorted(k for k in identity.preferred_sampling_params if k not in sent)
-    if taken:
-        given = ", ".join(f"{k}={identity.preferred_sampling_params[k]!r}" for k in taken)
-        raise ServerMismatch(
-            f"{identity.url} was started with --preferred-sampling-params that SGLang applies to every "
-            f"request leaving them out ({given}); the rows would change without the recipe changing. "
-            f"Set {', '.join(f'sampling.{k}' for k in taken)} in the recipe, or restart the server "
-            "without them"
-        )
+    preferred = identity.preferred_sampling_params
+    taken = sorted(k for k in preferred if k not in sent and k not in _HARMLESS_PREFERRED)
+    if not taken:
+        return
+    settable = [f"sampling.{k}" for k in taken if k not in MANAGED_SAMPLING_KEYS]
+    advice = f"set {', '.join(settable)} in the recipe, or restart" if settable else "restart"
+    given = ", ".join(f"{k}={preferred[k]!r}" for k in taken)
+    raise ServerMismatch(
+        f"{identity.url} was started with --preferred-sampling-params that SGLang applies to every "
+        f"request leaving them out ({given}); the rows would change without the recipe changing: "
+        f"{advice} the server without them"
+    )
 
 
 def _check_same_model(identities: Sequence[sglang.ServerIdentity]) -> None:

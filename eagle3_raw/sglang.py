@@ -28,6 +28,7 @@ from eagle3_raw.errors import (
     RequestRejected,
     RequestTimeout,
     ServerBusy,
+    ServerMismatch,
     ServerUnreachable,
 )
 from eagle3_raw.redact import scrub
@@ -380,9 +381,8 @@ def _preferred(value: Any, url: str) -> dict[str, Any]:
         try:
             value = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
-            raise InvalidResponse(
-                f"{url}/model_info: preferred_sampling_params is not JSON ({exc})", url=url
-            ) from exc
+            message = f"{url}/model_info: preferred_sampling_params is not JSON ({exc}); cannot tell "
+            raise ServerMismatch(message + "which sampling params the server adds to requests") from exc
     return dict(value) if isinstance(value, Mapping) else {}
 
 

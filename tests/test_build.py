@@ -267,3 +267,15 @@ def test_no_rows_error_names_the_skipped_rows_and_why(tmp_path: Path) -> None:
     message = str(info.value)
     assert "1 skipped" in message
     assert "row 'bad-1'" in message and "messages" in message.split("bad-1", 1)[1]
+
+
+def test_no_rows_error_lists_the_rows_behind_each_reason(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "prompts.jsonl", [{"id": f"long-{i}", "prompt": "word " * 400} for i in range(5)])
+    with (
+        reference_server(tmp_path, "--context-length", "256") as (server, ledger),
+        pytest.raises(FatalError) as info,
+    ):
+        _load(write_recipe(tmp_path, endpoints=[server.url]), tmp_path)
+    assert generations(ledger) == []
+    message = str(info.value)
+    assert "5 skipped" in message and "(rows long-0:1:0, long-1:1:0, long-2:1:0, ...)" in message, message

@@ -26,3 +26,26 @@ def test_summary_lists_counts_and_top_reasons() -> None:
     assert "skipped           3" in text and "3 x prompt has 5000 tokens" in text
     assert "failed            1" in text and "generated tok/s   5,000" in text
     assert summary.to_dict()["generated_tokens_per_s"] == 5000.0
+
+
+def _planned(stats: RunStats, indices: list[int], per_row: int = 1) -> RunStats:
+    for index in indices:
+        for _ in range(per_row):
+            stats.note_planned(index)
+    return stats
+
+
+def test_the_total_is_estimated_from_the_rows_planned_per_source_row() -> None:
+    fresh = _planned(RunStats(source_rows=1000), list(range(50)), per_row=2)
+    assert fresh.total() == (2000, False)
+    sharded = _planned(RunStats(source_rows=1000), list(range(1, 100, 2)))  # shard 1 of 2
+    assert sharded.total()[0] in (499, 500, 501)
+    # a resume after a kill: the first 600 rows were journaled, the planner starts at 600
+    resumed = _planned(RunStats(source_rows=1000, replayed=600), list(range(600, 650)))
+    assert resumed.total() == (1000, False)
+    # a resume with scattered gaps (e.g. --retry-failed): one row in ten is missing
+    scattered = _planned(RunStats(source_rows=1000, replayed=900), list(range(0, 300, 10)))
+    assert scattered.total() == (1000, False)
+    planned = _planned(RunStats(source_rows=1000, planned=7), [1, 2])
+    assert planned.total() == (7, True)
+    assert RunStats().total() == (None, False)  # nothing known yet

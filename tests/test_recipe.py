@@ -205,6 +205,14 @@ def test_request_params_send_resolved_defaults(recipe_dir: Path) -> None:
     assert params["top_p"] == 1.0 and params["top_k"] == 1073741824
 
 
+def test_a_key_written_as_null_is_not_sent(recipe_dir: Path) -> None:
+    """Null means SGLang's default; sent as null, SGLang would store None in place of ``True``."""
+    recipe = _load(recipe_dir, sampling__skip_special_tokens=None, sampling__stop=None)
+    params = recipe.sampling.request_params()
+    assert "skip_special_tokens" not in params and "stop" not in params
+    assert recipe.fingerprint == _load(recipe_dir).fingerprint
+
+
 def test_fingerprint_of_folders_under_hidden_directories(tmp_path: Path) -> None:
     fingerprints = []
     for name, text in [("a", '{"prompt": "one"}\n'), ("b", '{"prompt": "two"}\n')]:

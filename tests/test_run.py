@@ -263,3 +263,15 @@ def test_a_server_whose_preferred_sampling_params_would_change_the_rows_is_refus
         sampling = {"ignore_eos": False, "max_new_tokens": 200}
         result = _run(write_recipe(tmp_path, endpoints=[server.url], sampling=sampling), tmp_path)
     assert result.summary.rows == 4 and result.summary.finish_reasons.get("stop", 0) > 0
+
+
+def test_preferred_sampling_params_that_cannot_change_a_row_are_accepted(tmp_path: Path) -> None:
+    _prompts(tmp_path, 3)
+    harmless = '{"sampling_seed": 5, "stream_interval": 4, "temperature": 0.1}'  # all sent by every job
+    with reference_server(tmp_path, "--preferred-sampling-params", harmless) as (server, _):
+        assert _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path).summary.rows == 3
+    with (
+        reference_server(tmp_path, "--preferred-sampling-params", '{"n": 2}') as (server, _),
+        pytest.raises(ServerMismatch, match=r"n=2\); .*: restart the server without them"),
+    ):
+        _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path)

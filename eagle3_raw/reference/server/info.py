@@ -141,4 +141,3 @@ class Info:
         if self.state.slots is not None:
             self.state.slots.reset_accounting()
         return await self.stats(request)
-
