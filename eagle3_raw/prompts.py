@@ -27,8 +27,9 @@ always means the same rows.
 Formats (``prompts.format``): ``openai`` (``messages`` of ``{role, content, reasoning_content?,
 tool_calls?, tool_call_id?, name?}`` plus a row-level ``tools``), ``sharegpt`` (``conversations`` of
 ``{from, value}``, ``from`` matched case-insensitively against :data:`SHAREGPT_ROLES`, optional
-row-level ``system`` and ``tools``), ``prompt`` (a ``prompt`` string as one user message, optional
-``system``), and ``auto``: per row, the first of ``messages``,
+row-level ``system`` and ``tools``; a turn written as ``{role, content, ...}``, as SpecForge's
+prepared data has it, is read as an ``openai`` message), ``prompt`` (a ``prompt`` string as one
+user message, optional ``system``), and ``auto``: per row, the first of ``messages``,
 ``conversations``, ``prompt`` present with a non-null value. Normalization:
 
 - Roles are ``system``, ``user``, ``assistant``, ``tool``. Content is a string; a list of
@@ -302,6 +303,8 @@ def _sharegpt_messages(row: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _sharegpt_turn(where: str, turn: Any) -> dict[str, Any]:
     if not isinstance(turn, Mapping):
         raise _Malformed(where, f"expected an object, got {_kind(turn)}")
+    if "from" not in turn and "role" in turn:  # {role, content}: how SpecForge writes conversations
+        return _openai_message(where, turn)
     speaker = turn.get("from")
     if not isinstance(speaker, str) or speaker.lower() not in SHAREGPT_ROLES:
         allowed = ", ".join(SHAREGPT_ROLES)

@@ -73,6 +73,22 @@ def test_sharegpt_rows_become_openai_messages_and_malformed_rows_keep_their_plac
     assert sg3.tools is None
 
 
+def test_sharegpt_conversations_of_role_content_turns_as_specforge_writes_them(tmp_path: Path) -> None:
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello", "reasoning_content": "r"},
+    ]
+    bad = [{"role": "wizard", "content": "x"}]
+    rows = [{"id": "sf-1", "conversations": turns}, {"id": "sf-bad", "conversations": bad}]
+    write_jsonl(tmp_path / "sf.jsonl", rows)
+    for fmt in ("auto", "sharegpt"):
+        good, broken = items(source=str(tmp_path / "sf.jsonl"), format=fmt, id_column="id")
+        assert isinstance(good, Conversation) and list(good.messages) == turns
+        assert isinstance(
+            broken, PromptFormatError
+        ) and "conversations[0].role: unknown role 'wizard'" in str(broken)
+
+
 def test_openai_rows_keep_tools_tool_calls_and_reasoning() -> None:
     by_id = {outcome(i): i for i in items(source="openai.jsonl", format="openai", id_column="id")}
     reasoning = by_id["oa-1"]
