@@ -163,6 +163,7 @@ class _Run:
         self._rid_prefix = uuid.uuid4().hex[:8]  # unique per run; the counter, per attempt
         self._rid_counter = itertools.count()
         self._probe: tuple[str, list[int]] | None = None
+        self._signalled = False
 
     def interrupted_message(self) -> str:
         return (
@@ -171,7 +172,7 @@ class _Run:
         )
 
     async def main(self) -> RunResult:
-        self._handle_sigterm()
+        self._handle_signals()
         server = self.recipe.server
         async with sglang.new_session(
             connect_timeout=server.connect_timeout, api_key=_api_key(self.recipe)
@@ -186,10 +187,24 @@ class _Run:
                 summary = self._summary()
         return RunResult(self.journal_dir, summary)
 
-    def _handle_sigterm(self) -> None:
+    def _handle_signals(self) -> None:
+        """Ctrl-C or SIGTERM cancels the run, which then aborts its in-flight requests and flushes
+        the journal. A repeat while that happens (an impatient second Ctrl-C; ``timeout`` signals
+        the process and its group) only says so: asyncio's own handler would raise
+        KeyboardInterrupt into the cleanup and leave the aborts unsent."""
         task = asyncio.current_task()
-        if task is not None and threading.current_thread() is threading.main_thread():
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        if task is None or threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, task)
+
+    def _on_signal(self, task: asyncio.Task[Any]) -> None:
+        if self._signalled:
+            log.warning("already stopping: aborting in-flight requests and flushing the journal")
+            return
+        self._signalled = True
+        task.cancel()
 
     # --- start-up checks ---------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ ledgers say what was really asked and answered.
 from __future__ import annotations
 
 import random
+import re
 import resource
 import signal
 import subprocess
@@ -284,6 +285,32 @@ def test_ctrl_c_aborts_in_flight_requests_and_says_how_to_resume(tmp_path: Path)
         kept = _journaled_ids(recipe, tmp_path)
         finished = _final(recipe, tmp_path)
     assert kept and kept <= set(finished["id"]) and len(finished) == 12
+
+
+def test_a_second_ctrl_c_does_not_break_the_clean_stop(tmp_path: Path) -> None:
+    """An impatient second Ctrl-C (or ``timeout``, which signals the process and its group) while
+    the build aborts its requests: still every in-flight request aborted, no traceback."""
+    _prompts(tmp_path, 40)
+    with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "2") as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 256})
+        build = subprocess.Popen(
+            _build_command(recipe, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _wait_for(lambda: len(generations(ledger)) >= 3)
+        build.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        build.send_signal(signal.SIGINT)
+        _, stderr = build.communicate(timeout=30)
+        text = stderr.decode()
+        assert build.returncode == 130, text[-2000:]
+        assert "Run the same command again to resume" in text and "already stopping" in text
+        for noise in ("Traceback", "never retrieved", "never awaited", "destroyed but it is pending"):
+            assert noise not in text, text[-3000:]
+        match = re.search(r"aborting (\d+) in-flight requests", text)
+        assert match, text[-2000:]
+        time.sleep(0.3)
+        aborted = [r for r in _ledger_lines(ledger) if (r.get("finish_reason") or {}).get("type") == "abort"]
+        assert len(aborted) >= int(match.group(1)), (len(aborted), match.group(1))
 
 
 def test_rows_that_fail_for_good_are_recorded_and_retried_on_request(tmp_path: Path) -> None:
