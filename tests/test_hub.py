@@ -134,6 +134,19 @@ def test_published_recipe_resolves_beside_itself_with_the_same_fingerprint(
     assert fetched.fingerprint == fingerprint == manifest["fingerprint"]
 
 
+def test_every_skip_reason_is_published_even_one_that_reads_like_a_secret_name(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    recipe = _recipe(tmp_path / "r")
+    prompts = tmp_path / "r" / "plain.jsonl"
+    bad = {"id": "bad-role", "messages": [{"role": "token", "content": "x"}]}
+    prompts.write_bytes(orjson.dumps(bad) + b"\n" + prompts.read_bytes())  # within the limit of 3
+    _push(recipe, tmp_path)
+    manifest = orjson.loads(emulator.files(REPO)["recipes/haiku.manifest.json"])
+    skipped = manifest["counts"]["skipped"]
+    assert sum(skipped.values()) == 1 and "unknown role 'token'" in next(iter(skipped)), skipped
+
+
 def test_manifest_records_server_tokenizer_versions_and_counts(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ uploads the same manifest.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from eagle3_raw.hub.published import PublishedRecipe
 from eagle3_raw.hub.sets import SetScan
 from eagle3_raw.recipe import Recipe
-from eagle3_raw.redact import scrub
+from eagle3_raw.redact import scrub, scrub_text
 
 MANIFEST_FORMAT = 1
 
@@ -89,9 +90,19 @@ def _counts(recipe: Recipe, scan: SetScan, stats: Mapping[str, Any] | None) -> d
         "generated_tokens": int(scan.generated_lengths.sum()),
         "finish_reasons": dict(sorted(scan.finish_reasons.items())),
         "dropped_truncated": journaled_length if recipe.on_truncation == "drop" else 0,
-        "skipped": scrub(dict(failures.get("skipped") or {})),
-        "failed": scrub(dict(failures.get("failed") or {})),
+        "skipped": _reasons(failures.get("skipped") or {}),
+        "failed": _reasons(failures.get("failed") or {}),
     }
+
+
+def _reasons(counts: Mapping[str, int]) -> dict[str, int]:
+    """Reason -> rows, with credentials redacted in the reason *text*. Not :func:`scrub` on the
+    mapping: it drops keys that read like secret names, and "bad token id" or "missing key" would
+    vanish from the published counts."""
+    redacted: Counter[str] = Counter()
+    for reason, count in counts.items():
+        redacted[scrub_text(str(reason))] += count
+    return dict(redacted)
 
 
 def _journal_history(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
