@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -131,8 +132,18 @@ def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     result = run(load_recipe(args.recipe, overrides), options)
     print(result.summary.render())
     print(f"shard {shard.index}/{shard.count} is complete; once all {shard.count} are:")
-    print(f"  eagle3-raw merge {args.recipe}")
+    print("  " + shlex.join(["eagle3-raw", "merge", str(args.recipe), *_merge_flags(args)]))
     return 0
+
+
+def _merge_flags(args: argparse.Namespace) -> list[str]:
+    """The options of this build that ``merge`` needs to find the same journal and cache."""
+    flags = [flag for override in args.overrides for flag in ("--set", override)]
+    if args.journal_dir is not None:
+        flags += ["--journal-dir", str(args.journal_dir)]
+    if args.cache_dir is not None:
+        flags += ["--cache-dir", str(args.cache_dir)]
+    return flags
 
 
 def _merge(args: argparse.Namespace) -> int:

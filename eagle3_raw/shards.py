@@ -46,7 +46,8 @@ def check_merge_ready(journal_dir: Path) -> int:
     """The shard count N if every shard 0..N-1 is complete; otherwise FatalError saying what is missing."""
     if not (journal_dir / "manifest.json").exists():
         raise FatalError(
-            f"no journal at {journal_dir}: build the shards first (eagle3-raw build --shard i/N)"
+            f"no journal at {journal_dir}: build the shards first (eagle3-raw build --shard i/N), "
+            "or pass the --journal-dir (and --set options) the shards were built with"
         )
     done = completed(journal_dir)
     for count, indexes in sorted(done.items()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -58,9 +59,9 @@ def test_shards_on_two_servers_merge_into_the_single_process_set(tmp_path: Path)
             str(recipe), cache_dir=str(tmp_path / "clean"), journal_dir=tmp_path / "clean-j"
         )
     assert sorted(asked) == sorted(set(asked)) and len(asked) == 60  # disjoint shards, every row once
-    merged = _cli(
-        "merge", str(recipe), "--journal-dir", str(journals), "--cache-dir", str(tmp_path / "cache")
-    )
+    hint = outputs[-1][0].strip().splitlines()[-1].strip()  # the merge command the shard printed
+    assert hint.startswith("eagle3-raw merge") and f"--journal-dir {journals}" in hint, hint
+    merged = _cli(*shlex.split(hint)[1:], "--cache-dir", str(tmp_path / "cache"))
     assert merged.returncode == 0, merged.stderr[-2000:]
     assert "rows              60" in merged.stdout
     built = eagle3_raw.load(str(recipe), cache_dir=str(tmp_path / "cache"), journal_dir=journals)
