@@ -9,11 +9,12 @@ Transport settings (endpoints, in-flight limits, timeouts, keys) never enter the
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import hashlib
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -384,9 +385,18 @@ def _check_sampling_key(key: str) -> None:
         raise RecipeError(f"sampling.{key}", key, f"not settable: {MANAGED_SAMPLING_KEYS[key]}")
     if key not in SGLANG_SAMPLING_DEFAULTS and key not in SGLANG_OPTIONAL_SAMPLING_KEYS:
         allowed = sorted({*SGLANG_SAMPLING_DEFAULTS, *SGLANG_OPTIONAL_SAMPLING_KEYS, *_OWN_SAMPLING_KEYS})
+        hint = _SAMPLING_ALIASES.get(key) or _did_you_mean(key, allowed)
         raise RecipeError(
-            f"sampling.{key}", key, f"not an SGLang sampling key; allowed: {', '.join(allowed)}"
+            f"sampling.{key}", key, f"not an SGLang sampling key{hint}; allowed: {', '.join(allowed)}"
         )
+
+
+#: Names other APIs use for an SGLang sampling key.
+_SAMPLING_ALIASES: Mapping[str, str] = {
+    "max_tokens": " (SGLang calls it max_new_tokens)",
+    "max_completion_tokens": " (SGLang calls it max_new_tokens)",
+    "stop_sequences": " (SGLang calls it stop)",
+}
 
 
 def _check_sampling_value(key: str, value: Any) -> None:
@@ -448,8 +458,15 @@ def _check_keys(prefix: str, raw: Mapping[str, Any], allowed: frozenset[str]) ->
     for key in raw:
         if key not in allowed:
             raise RecipeError(
-                f"{prefix}{key}", raw[key], f"unknown field; allowed: {', '.join(sorted(allowed))}"
-            )
+                f"{prefix}{key}", raw[key],
+                f"unknown field{_did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}",
+            )  # fmt: skip
+
+
+def _did_you_mean(key: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for a near miss of one of ``known``, else ``""``."""
+    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _get(raw: Mapping[str, Any], key: str, prefix: str, kind: type[T], allowed: str, default: Any = ...) -> T:

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import signal
 import threading
 import uuid
@@ -141,8 +142,17 @@ def _api_key(recipe: Recipe) -> str | None:
     if name is None:
         return None
     if not os.environ.get(name):
+        if not _ENV_NAME.fullmatch(name):  # perhaps the key itself: never echo it
+            raise RecipeError(
+                "server.api_key_env", "<not shown, in case it is the key>",
+                "names no set environment variable; it takes the NAME of a variable holding the key "
+                "(e.g. SGLANG_API_KEY), not the key itself",
+            )  # fmt: skip
         raise RecipeError("server.api_key_env", name, "names an environment variable that is not set")
     return os.environ[name]
+
+
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
 class _Run:

@@ -164,7 +164,10 @@ def _http_error(status: int, payload: bytes, url: str) -> Exception:
     message = error_message(payload)
     text = f"HTTP {status} from {url}: {message}"
     if status in (401, 403):
-        return AuthError(f"{text} (set server.api_key_env to the variable holding the server's API key)")
+        return AuthError(
+            f"{text} (server.api_key_env must name an environment variable holding the server's "
+            "--api-key; if it does, the key it holds was refused)"
+        )
     if status == 404:
         return ServerUnreachable(f"{text} (is this an SGLang server? /generate was not found)")
     if status == 429 or status >= 500:

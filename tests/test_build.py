@@ -235,6 +235,15 @@ def test_api_key_comes_from_the_environment_and_is_never_written(
     assert written and not [p for p in written if secret.encode() in p.read_bytes()]
 
 
+def test_a_key_written_where_its_variable_name_goes_is_never_echoed(tmp_path: Path) -> None:
+    secret = "sk-test-0123456789abcdef"
+    write_jsonl(tmp_path / "prompts.jsonl", CHATS)
+    recipe = write_recipe(tmp_path, endpoints=[], server={"launch": "reference", "api_key_env": secret})
+    with pytest.raises(RecipeError) as info:
+        _load(recipe, tmp_path)
+    assert secret not in str(info.value) and "NAME of a variable holding the key" in str(info.value)
+
+
 def test_a_server_with_an_api_key_refuses_a_recipe_without_one(chats: Path) -> None:
     with reference_server(chats, "--api-key", "right-key") as (server, ledger):
         recipe = write_recipe(chats, endpoints=[server.url])

@@ -65,6 +65,13 @@ def test_yaml_round_trip_keeps_every_field(recipe_dir: Path) -> None:
         ({"server__endpoints": ["localhost:30000"]}, "server.endpoints", "http://"),
         ({"on_truncation": "cut"}, "on_truncation", "keep, drop"),
         ({"extra": 1}, "extra", "unknown field"),
+        ({"on_truncaton": "drop"}, "on_truncaton", "unknown field (did you mean 'on_truncation'?)"),
+        (
+            {"sampling__samples_per_promt": 2},
+            "sampling.samples_per_promt",
+            "did you mean 'samples_per_prompt'",
+        ),
+        ({"sampling__max_tokens": 5}, "sampling.max_tokens", "SGLang calls it max_new_tokens"),
     ],
 )
 def test_bad_field_names_field_value_and_allowed(
