@@ -555,6 +555,7 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
         failed=totals["failures"].get("failed", {}),
         wall_time=stats.elapsed,
         run_generated_tokens=stats.generated_tokens,
+        run_rows=stats.rows,
         journal=str(journal.directory),
     )
 

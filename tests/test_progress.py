@@ -20,11 +20,13 @@ def test_summary_lists_counts_and_top_reasons() -> None:
         rows=90, prompt_tokens=9000, generated_tokens=45000, finish_reasons={"stop": 80, "length": 10},
         dropped=0, skipped={"prompt has 5000 tokens; the server accepts at most 4089": 3},
         failed={"HTTP 400 from http://a:1: bad": 1}, wall_time=9.0, run_generated_tokens=45000, journal="/j",
+        run_rows=40,
     )  # fmt: skip
     text = summary.render()
     assert "rows              90" in text and "finish reasons    length: 10, stop: 80" in text
     assert "skipped           3" in text and "3 x prompt has 5000 tokens" in text
     assert "failed            1" in text and "generated tok/s   5,000" in text
+    assert "new rows          40 (this run" in text
     assert summary.to_dict()["generated_tokens_per_s"] == 5000.0
 
 
