@@ -332,6 +332,7 @@ class _Run:
         try:
             await _gather_or_fail([producer, *workers])
             self._check_every_job_has_an_outcome()
+            self.journal.flush()  # every row on disk before the marker says the shard is done
             mark_complete(self.journal_dir, self.options.shard, self._counts())
         except BaseException:
             self._stop.set()

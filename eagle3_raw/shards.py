@@ -18,17 +18,23 @@ from typing import Any
 import orjson
 
 from eagle3_raw.errors import FatalError
+from eagle3_raw.journal.files import fsync_dir
 from eagle3_raw.plan import Shard
 
 _MARKER = re.compile(r"^complete-(\d+)-of-(\d+)\.json$")
 
 
 def mark_complete(journal_dir: Path, shard: Shard, counts: dict[str, Any]) -> Path:
-    """Record that ``shard`` has an outcome for every row it planned (written atomically)."""
+    """Record that ``shard`` has an outcome for every row it planned (written atomically and
+    durably: the caller has flushed the rows first)."""
     path = journal_dir / f"complete-{shard.name}.json"
     temporary = path.with_suffix(".tmp")
-    temporary.write_bytes(orjson.dumps({**counts, "shard": shard.name, "time": time.time()}))
+    with temporary.open("wb") as handle:
+        handle.write(orjson.dumps({**counts, "shard": shard.name, "time": time.time()}))
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(temporary, path)
+    fsync_dir(journal_dir)
     return path
 
 

@@ -244,8 +244,9 @@ def test_damage_followed_by_valid_records_is_refused_not_cut(tmp_path: Path) -> 
     data[30] ^= 0xFF  # inside the first record
     directory = copy_journal(tmp_path / "source", tmp_path / "j", bytes(data))
 
-    with pytest.raises(JournalError, match=r"offset 0 is damaged .* valid records follow"):
+    with pytest.raises(JournalError, match=r"offset 0 is damaged .* valid records follow") as info:
         open_journal(directory)
+    assert f"truncate -s 0 {directory / ROWS_FILE}" in str(info.value)  # keeps what precedes the damage
     with pytest.raises(JournalError, match="damaged"):
         Journal.read(directory).done()
     assert (directory / ROWS_FILE).read_bytes() == bytes(data)
@@ -261,6 +262,21 @@ def test_torn_failures_line_is_cut(tmp_path: Path) -> None:
         assert [failure["id"] for failure in journal.failures()] == ["a"]
         journal.record_failure(RowKey(3, 0, 0), "c", "failed", "y")
     assert [failure["id"] for failure in Journal.read(tmp_path / "j").failures()] == ["a", "c"]
+
+
+@pytest.mark.parametrize(("good", "bad"), [(b'"key":[1,', b'"kez":[1,'), (b'"kind":"failed"', b'"kind":7')])
+def test_a_damaged_failures_line_is_never_read_as_another_failure(
+    tmp_path: Path, good: bytes, bad: bytes
+) -> None:
+    with open_journal(tmp_path / "j") as journal:
+        for i in range(3):
+            journal.record_failure(RowKey(i, 0, 0), f"r{i}", "failed", "x")
+    path = tmp_path / "j" / "failures-0-of-1.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(good, bad)
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(JournalError, match="line 2 is damaged but valid lines follow it"):
+        Journal.read(tmp_path / "j").failures()
 
 
 SIGKILL_CHILD = """

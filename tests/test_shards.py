@@ -6,15 +6,18 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import eagle3_raw
+from eagle3_raw import run as run_module
 from eagle3_raw.errors import FatalError
+from eagle3_raw.journal import Journal
 from eagle3_raw.plan import Shard
 from eagle3_raw.recipe import RecipeError, load_recipe
 from eagle3_raw.run import journal_dir_for
-from eagle3_raw.shards import check_merge_ready
+from eagle3_raw.shards import check_merge_ready, mark_complete
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 
 
@@ -98,3 +101,24 @@ def test_shard_split_is_deterministic_and_disjoint() -> None:
     assert all(len(o) == 1 for o in owners)
     with pytest.raises(RecipeError, match="0 <= i < N"):
         Shard.parse("4/4")
+
+
+def test_a_shard_is_marked_complete_only_once_its_rows_are_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merge on another machine trusts the marker: every row must be durable before it exists."""
+    write_jsonl(tmp_path / "prompts.jsonl", [{"id": f"q{i}", "prompt": f"Question {i}?"} for i in range(20)])
+    on_disk: list[int] = []
+
+    def checking(journal_dir: Path, shard: Shard, counts: dict[str, Any]) -> Path:
+        on_disk.append(len(Journal.read(journal_dir).done()))  # what another process sees now
+        return mark_complete(journal_dir, shard, counts)
+
+    monkeypatch.setattr(run_module, "mark_complete", checking)
+    with reference_server(tmp_path) as (server, _):
+        recipe = load_recipe(write_recipe(tmp_path, endpoints=[server.url]))
+        run_module.run(
+            recipe,
+            run_module.RunOptions(journal_dir=tmp_path / "j", shard=Shard.parse("0/2"), progress="none"),
+        )
+    assert on_disk == [10]

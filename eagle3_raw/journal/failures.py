@@ -83,11 +83,22 @@ def parse_failures(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | None:
+    """The record on ``line``, or None unless it is a whole one: a clear marker, or a failure with
+    every field well-typed (a damaged line must not pass as a failure of another row)."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    return record if isinstance(record, dict) and "time" in record else None
+    if not isinstance(record, dict) or not isinstance(record.get("time"), int | float):
+        return None
+    if "clear" in record:
+        return record if isinstance(record["clear"], list) else None
+    key = record.get("key")
+    whole = (
+        isinstance(key, list) and len(key) == 3 and all(isinstance(k, int) for k in key)
+        and all(isinstance(record.get(f), str) for f in ("id", "kind", "reason"))
+    )  # fmt: skip
+    return record if whole else None
 
 
 def current_failures(records: list[dict[str, Any]], done: set[RowKey]) -> list[dict[str, Any]]:

@@ -37,9 +37,12 @@ def describe(exc: OSError) -> str:
 def make_dir(directory: Path) -> None:
     """Create the journal directory (and its parents) if missing, durably."""
     with guard("create the journal directory", directory):
-        if not directory.is_dir():
-            directory.mkdir(parents=True, exist_ok=True)
-            fsync_dir(directory.parent)  # fsync point: the new directory's entry
+        if directory.is_dir():
+            return
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        directory.mkdir(parents=True, exist_ok=True)
+        for created in missing:  # deepest first: each new directory's entry in its parent
+            fsync_dir(created.parent)  # fsync point
 
 
 def fsync_dir(directory: Path) -> None:

@@ -96,8 +96,9 @@ def index_file(idx: FileIndex) -> str | None:
             if verdict == "corrupt":
                 raise JournalError(
                     f"{idx.path}: the record at offset {idx.end} is damaged ({reason}) but valid records "
-                    "follow it, so this is not a torn write and nothing was cut. Move the file aside "
-                    "(its rows will be generated again) or restore it from a copy."
+                    "follow it, so this is not a torn write and nothing was cut. To keep every record "
+                    f"before the damage, copy the file aside and run: truncate -s {idx.end} {idx.path} "
+                    "(the rows after it will be generated again); or restore it from a copy."
                 )
     return None
 
