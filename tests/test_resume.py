@@ -266,18 +266,25 @@ def test_a_journal_that_cannot_be_written_stops_the_build_and_stays_readable(tmp
     assert len(finished) == 120 and kept <= set(finished["id"])
 
 
+def _interrupted_build(recipe: Path, work: Path, ledger: Path, signals: int) -> str:
+    """Start a build, send it ``signals`` SIGINTs 50 ms apart once it has rows, and return its
+    stderr after checking it exited with 130."""
+    build = subprocess.Popen(_build_command(recipe, work), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(lambda: len(generations(ledger)) >= 3)
+    for _ in range(signals):
+        build.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    _, stderr = build.communicate(timeout=30)
+    text = stderr.decode()
+    assert build.returncode == 130, text[-2000:]
+    return text
+
+
 def test_ctrl_c_aborts_in_flight_requests_and_says_how_to_resume(tmp_path: Path) -> None:
     _prompts(tmp_path, 12)
     with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "2") as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 256})
-        build = subprocess.Popen(
-            _build_command(recipe, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        _wait_for(lambda: len(generations(ledger)) >= 3)
-        build.send_signal(signal.SIGINT)
-        _, stderr = build.communicate(timeout=30)
-        text = stderr.decode()
-        assert build.returncode == 130, text[-2000:]
+        text = _interrupted_build(recipe, tmp_path, ledger, signals=1)
         assert "aborting" in text and "Run the same command again to resume" in text
         assert "taken out" not in text and "down" not in text  # our own aborts are not endpoint faults
         aborted = [r for r in _ledger_lines(ledger) if (r.get("finish_reason") or {}).get("type") == "abort"]
@@ -293,16 +300,7 @@ def test_a_second_ctrl_c_does_not_break_the_clean_stop(tmp_path: Path) -> None:
     _prompts(tmp_path, 40)
     with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "2") as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 256})
-        build = subprocess.Popen(
-            _build_command(recipe, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        _wait_for(lambda: len(generations(ledger)) >= 3)
-        build.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        build.send_signal(signal.SIGINT)
-        _, stderr = build.communicate(timeout=30)
-        text = stderr.decode()
-        assert build.returncode == 130, text[-2000:]
+        text = _interrupted_build(recipe, tmp_path, ledger, signals=2)
         assert "Run the same command again to resume" in text and "already stopping" in text
         for noise in ("Traceback", "never retrieved", "never awaited", "destroyed but it is pending"):
             assert noise not in text, text[-3000:]
