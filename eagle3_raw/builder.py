@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle3_raw.errors import Eagle3RawError, FatalError
+from eagle3_raw.progress import reason_lines
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
 from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, run
@@ -136,20 +137,12 @@ def _no_rows_message(
     )
 
 
-def _top_failures(failures: list[dict[str, Any]], most: int = 5, ids: int = 3) -> str:
-    """Up to ``most`` lines ``  N x <kind>: <reason> (rows a, b, ...)``, most common first, and how
-    many reasons are not shown."""
+def _top_failures(failures: list[dict[str, Any]]) -> str:
+    """The most common ``<kind>: <reason>`` of ``failures``, each with its first row ids."""
     rows: dict[str, list[str]] = {}
     for failure in failures:
         rows.setdefault(f"{failure['kind']}: {failure['reason']}", []).append(str(failure["id"]))
-    top = sorted(rows.items(), key=lambda item: -len(item[1]))[:most]
-    shown = "".join(
-        f"\n  {len(names):>6,} x {reason} (row{'s' if len(names) > 1 else ''} "
-        f"{', '.join(names[:ids])}{', ...' if len(names) > ids else ''})"
-        for reason, names in top
-    )
-    more = len(rows) - len(top)
-    return shown + (f"\n  ... and {more} other reasons" if more > 0 else "")
+    return reason_lines({reason: len(ids) for reason, ids in rows.items()}, examples=rows)
 
 
 @dataclass(frozen=True)

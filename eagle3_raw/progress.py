@@ -77,9 +77,8 @@ class RunStats:
         ahead = max(0, self.source_rows - self._current_index)
         return self.replayed + self._settled + round(ahead * self._settled / span), False
 
-    def eta(self) -> float | None:
-        """Seconds to go at this run's pace so far, when the total is known or estimated."""
-        total, _ = self.total()
+    def eta(self, total: int | None) -> float | None:
+        """Seconds to go at this run's pace so far until ``total`` (from :meth:`total`) rows are done."""
         finished = self.rows + self.failed + self.skipped
         if total is None or not finished:
             return None
@@ -130,7 +129,7 @@ def progress_line(stats: RunStats, total: int | None, exact: bool) -> str:
     if total is None:
         return f"{stats.done:,}/? rows"
     shown = f"{total:,}" if exact else f"~{total:,}"
-    eta = stats.eta()
+    eta = stats.eta(total)
     pace = "ETA ?" if eta is None else f"ETA {_duration(eta)}"
     return f"{stats.done:,}/{shown} rows ({100 * stats.done / max(total, 1):.1f}%), {pace}"
 
@@ -207,8 +206,8 @@ class Summary:
             f"generated tokens  {self.generated_tokens:,}",
             f"finish reasons    {_counts(self.finish_reasons)}",
             f"dropped (length)  {self.dropped:,}",
-            f"skipped           {sum(self.skipped.values()):,}{_reasons(self.skipped)}",
-            f"failed            {sum(self.failed.values()):,}{_reasons(self.failed)}",
+            f"skipped           {sum(self.skipped.values()):,}{reason_lines(self.skipped)}",
+            f"failed            {sum(self.failed.values()):,}{reason_lines(self.failed)}",
             f"wall time         {self.wall_time:,.1f} s",
             f"new rows          {self.run_rows:,} (this run; the others were already in the journal)",
             f"generated tok/s   {self.tokens_per_second:,.0f} (this run)",
@@ -221,8 +220,21 @@ def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in sorted(counts.items())) or "-"
 
 
-def _reasons(reasons: Mapping[str, int], most: int = 5) -> str:
+def reason_lines(
+    reasons: Mapping[str, int], most: int = 5, examples: Mapping[str, Sequence[str]] | None = None
+) -> str:
+    """Up to ``most`` lines ``N x <reason>``, most common first (each with up to three of its
+    ``examples``, e.g. row ids, when given), and how many reasons are not shown."""
     top = Counter(reasons).most_common(most)
-    shown = "".join(f"\n    {count:>6,} x {reason}" for reason, count in top)
+    shown = "".join(
+        f"\n    {count:>6,} x {reason}{_examples((examples or {}).get(reason))}" for reason, count in top
+    )
     more = len(reasons) - len(top)
     return shown + (f"\n    ... and {more} other reasons" if more > 0 else "")
+
+
+def _examples(names: Sequence[str] | None, most: int = 3) -> str:
+    if not names:
+        return ""
+    plural = "s" if len(names) > 1 else ""
+    return f" (row{plural} {', '.join(names[:most])}{', ...' if len(names) > most else ''})"

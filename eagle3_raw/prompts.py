@@ -440,7 +440,9 @@ def count_source_rows(recipe: Recipe) -> int | None:
     files = _data_files(path)
     if any(f.name.endswith(".json") for f in files):
         return None
-    count = _Files([_open_file(f, f.name) for f in files]).count()
+    count = sum(
+        _ParquetFile(f, f.name).count() if f.name.endswith(".parquet") else _count_lines(f) for f in files
+    )
     limit = recipe.prompts.limit
     return count if limit is None else min(count, limit)
 
@@ -543,10 +545,7 @@ class _JsonlFile:
                     yield _Raw(_parse_line(line), f"{self.name} line {number}")
 
     def count(self) -> int:
-        if self._offsets is None:  # counting alone needs no index
-            with _reading(self.path), self.path.open("rb") as handle:
-                return sum(1 for line in handle if line.strip())
-        return len(self._offsets)
+        return len(self._index())
 
     def at(self, position: int) -> _Raw:
         offset = self._index()[position]
@@ -558,6 +557,12 @@ class _JsonlFile:
         if self._offsets is None:
             self._offsets = _line_offsets(self.path)
         return self._offsets
+
+
+def _count_lines(path: Path) -> int:
+    """The non-blank lines of ``path``, counted without keeping their offsets."""
+    with _reading(path), path.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def _line_offsets(path: Path) -> list[int]:

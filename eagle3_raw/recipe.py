@@ -135,9 +135,8 @@ class SamplingConfig:
     seed: int = 0
 
     def request_params(self) -> dict[str, Any]:
-        """The ``sampling_params`` every request carries (before its ``sampling_seed``); a key
-        written as null is left out, which is what null means (SGLang's default)."""
-        return {k: v for k, v in {**SGLANG_SAMPLING_DEFAULTS, **self.params}.items() if v is not None}
+        """The ``sampling_params`` every request carries (before its ``sampling_seed``)."""
+        return {**SGLANG_SAMPLING_DEFAULTS, **self.params}
 
 
 @dataclass(frozen=True)
@@ -369,6 +368,7 @@ def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
         )  # fmt: skip
     for key, value in params.items():
         _check_sampling_value(key, value)
+    params = {k: v for k, v in params.items() if v is not None}  # null: SGLang's default, not sent
     minimum = params.get("min_new_tokens")
     if isinstance(minimum, int) and minimum > params["max_new_tokens"]:
         allowed = f"at most sampling.max_new_tokens ({params['max_new_tokens']}); SGLang refuses more"

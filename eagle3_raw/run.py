@@ -406,10 +406,9 @@ class _Run:
             iter_conversations(self.recipe), self.renderer, self.recipe,
             shard=self.options.shard, exclude=exclude, limits=self.limits,
         )  # fmt: skip
-        planned, chunk, counting = 0, [], False
+        chunk, counting = [], False
         for item in jobs:
             chunk.append(item)
-            planned += 1
             self.stats.note_planned(item.key.index)
             if len(chunk) >= _CHUNK or feed.hungry.is_set():
                 if not feed.put_threadsafe(chunk, loop):
@@ -418,7 +417,7 @@ class _Run:
                 if not counting and self.options.progress != "none":  # after the first requests left
                     counting = True
                     threading.Thread(target=self._count_source, name="count-source", daemon=True).start()
-        self.stats.planned = planned
+        self.stats.planned = self.stats.queued
         feed.put_threadsafe(chunk, loop)
         feed.put_threadsafe(None, loop)
 

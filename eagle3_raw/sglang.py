@@ -343,10 +343,16 @@ async def _max_model_len(session: aiohttp.ClientSession, url: str, timeout: floa
         return None
 
 
+def _states(server_info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``internal_states``: one mapping of resolved settings per DP rank (empty if absent)."""
+    states = server_info.get("internal_states")
+    return [s for s in states if isinstance(s, Mapping)] if isinstance(states, list) else []
+
+
 def _scheduler_value(server_info: Mapping[str, Any], key: str) -> int | None:
     value = server_info.get(key)
-    states = server_info.get("internal_states")
-    if value is None and isinstance(states, list) and states and isinstance(states[0], dict):
+    states = _states(server_info)
+    if value is None and states:
         value = states[0].get(key)
     return _int_or_none(value)
 
@@ -359,9 +365,9 @@ def _reserved_tokens(server_info: Mapping[str, Any]) -> int:
     max(eagle_topk x num_steps, num_draft_tokens) output slots per request; else 0. Resolved values
     (``internal_states``) first: the top level has null for what was not passed."""
 
+    state = next(iter(_states(server_info)), {})
+
     def resolved(key: str) -> Any:
-        states = server_info.get("internal_states")
-        state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
         value = state.get(key)
         return server_info.get(key) if value is None else value
 
@@ -393,8 +399,8 @@ def _max_running_requests(server_info: Mapping[str, Any]) -> int | None:
     """The batch size the server really runs: the sum over DP ranks of the scheduler's
     ``effective_max_running_requests_per_dp`` (``internal_states``), else the configured value
     (null in ``/server_info`` unless passed on the command line)."""
-    states = server_info.get("internal_states")
-    if isinstance(states, list) and states and all(isinstance(s, dict) for s in states):
+    states = _states(server_info)
+    if states:
         effective = [_int_or_none(s.get("effective_max_running_requests_per_dp")) for s in states]
         if all(e is not None and e > 0 for e in effective):
             return sum(e for e in effective if e is not None)

@@ -9,7 +9,6 @@ canonical order and deduplicated by row key, whatever shard wrote a row.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import orjson
 
 from eagle3_raw.errors import FatalError
-from eagle3_raw.journal.files import fsync_dir
+from eagle3_raw.journal.files import replace_durably
 from eagle3_raw.plan import Shard
 
 _MARKER = re.compile(r"^complete-(\d+)-of-(\d+)\.json$")
@@ -28,13 +27,7 @@ def mark_complete(journal_dir: Path, shard: Shard, counts: dict[str, Any]) -> Pa
     """Record that ``shard`` has an outcome for every row it planned (written atomically and
     durably: the caller has flushed the rows first)."""
     path = journal_dir / f"complete-{shard.name}.json"
-    temporary = path.with_suffix(".tmp")
-    with temporary.open("wb") as handle:
-        handle.write(orjson.dumps({**counts, "shard": shard.name, "time": time.time()}))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    fsync_dir(journal_dir)
+    replace_durably(path, orjson.dumps({**counts, "shard": shard.name, "time": time.time()}))
     return path
 
 

@@ -119,3 +119,23 @@ def _lock_or_refuse(fd: int, path: Path, directory: Path, shard: str) -> None:
         ) from None
     except OSError as exc:
         raise JournalError(f"cannot lock {path}: {describe(exc)}") from exc
+
+
+def replace_durably(path: Path, data: bytes, action: str = "write") -> None:
+    """Publish ``data`` at ``path`` atomically and durably: a temporary file written and fsynced,
+    renamed over ``path``, then the directory fsynced; the temporary file is removed on failure."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with guard(action, path):
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)  # fsync point: the content is durable before a rename publishes it
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
+        fsync_dir(path.parent)  # fsync point: the rename itself

@@ -249,23 +249,19 @@ def row_stats(files: Sequence[FileIndex]) -> dict[str, Any]:
     """``rows``, ``duplicates``, ``prompt_tokens``, ``generated_tokens``, ``finish_reasons`` and
     ``tokens_by_reason`` {reason: {prompt_tokens, generated_tokens}} of ``files``' canonical
     records, read without their ids."""
-    totals: Counter[str] = Counter()
-    reasons: Counter[str] = Counter()
     by_reason: dict[str, Counter[str]] = {}
     with _Reader() as reader:
         for path, offset, _ in canonical(files):
             n_prompt, n_output, info = reader.read_info(path, offset)
-            totals.update(rows=1, prompt_tokens=n_prompt, generated_tokens=n_output)
-            reasons[info["finish_reason"]] += 1
-            by_reason.setdefault(info["finish_reason"], Counter()).update(
-                prompt_tokens=n_prompt, generated_tokens=n_output
-            )
+            counts = by_reason.setdefault(info["finish_reason"], Counter())
+            counts.update(rows=1, prompt_tokens=n_prompt, generated_tokens=n_output)
+    totals: Counter[str] = sum(by_reason.values(), Counter())
     return {
         "rows": totals["rows"],
         "duplicates": sum(map(len, files)) - totals["rows"],
         "prompt_tokens": totals["prompt_tokens"],
         "generated_tokens": totals["generated_tokens"],
-        "finish_reasons": dict(reasons),
+        "finish_reasons": {reason: c["rows"] for reason, c in by_reason.items()},
         "tokens_by_reason": {
             reason: {"prompt_tokens": c["prompt_tokens"], "generated_tokens": c["generated_tokens"]}
             for reason, c in by_reason.items()

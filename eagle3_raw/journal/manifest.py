@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from eagle3_raw.errors import JournalError, ServerMismatch
-from eagle3_raw.journal.files import describe, fsync_dir, guard, write_all
+from eagle3_raw.journal.files import describe, guard, replace_durably
 
 #: Server identity keys compared on resume (those the journal recorded); other keys are kept as facts.
 IDENTITY_KEYS = (
@@ -121,27 +121,8 @@ def _manifest_lock(directory: Path) -> Iterator[None]:
 
 
 def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
-    path = directory / MANIFEST
     data = orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str)
-    temporary = directory / f".{MANIFEST}.{os.getpid()}.tmp"
-    with guard("write", path):
-        try:
-            _write_file(temporary, data)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
-            raise
-        fsync_dir(directory)  # fsync point: the rename itself
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)  # fsync point: the content is durable before a rename publishes it
-    finally:
-        os.close(fd)
+    replace_durably(directory / MANIFEST, data)
 
 
 # --- server identity ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from eagle3_raw.reference import protocol as p
@@ -27,11 +28,14 @@ def prepare(state: ServerState, req: p.Normalized) -> list[Job]:
     jobs: list[Job] = []
     parsed: dict[int, p.Sampling] = {}  # the items of a batch usually share one sampling_params dict
     preferred = state.config.preferred_sampling_params
+    merged: dict[int, Mapping[str, Any]] = {}  # one merged dict per dict sent, so `parsed` still hits
+    reserved = state.config.reserved_tokens  # counted with the prompt (tokenizer_manager.py:1335)
     for index, given in enumerate(req.items):
-        # SGLang: {**preferred_sampling_params, **sampling_params} (tokenizer_manager.py:1549)
-        spec = dataclasses.replace(given, sampling={**preferred, **given.sampling}) if preferred else given
+        spec = given
+        if preferred:  # SGLang: {**preferred_sampling_params, **sampling_params} (tokenizer_manager.py:1549)
+            full = merged.setdefault(id(given.sampling), {**preferred, **given.sampling})
+            spec = dataclasses.replace(given, sampling=full)
         ids = p.prompt_ids(spec, state.encode, radix_cache=state.cache is not None)
-        reserved = state.config.reserved_tokens  # counted with the prompt (tokenizer_manager.py:1335)
         p.check_item(spec, len(ids) + reserved, state.model.context_len, state.model.vocab_size)
         sampling = parsed.get(id(spec.sampling))
         if sampling is None:
