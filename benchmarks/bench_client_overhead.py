@@ -81,7 +81,7 @@ def child(recipe_path: Path, journal_dir: Path, profile: Path | None) -> dict[st
     if profiler:
         profiler.enable()
     result = run(recipe, RunOptions(journal_dir=journal_dir, progress="none"))
-    if profiler and profile:
+    if profiler:
         profiler.disable()
         profiler.dump_stats(profile)
     cpu, wall, ended = time.process_time() - cpu, time.perf_counter() - start, time.monotonic()
@@ -114,8 +114,7 @@ def measure(
     pids, urls = [s.process.pid for s in servers], [s.url for s in servers]
     with common.CpuAccount(pids) as cpu, common.Poller(urls, interval=0.05) as poller:
         result = common.run_json_child(command, env)
-    sent = poller.series("generate_requests")
-    first = poller.times()[max(0, next(i for i, n in enumerate(sent) if n > 0) - 1)]
+    first = poller.times()[poller.start_index()]
     window = result.pop("ended") - first
     if args.profile:
         print_profile(setup.name, profile_path)

@@ -50,7 +50,7 @@ def child(recipe_path: Path) -> dict[str, Any]:
     cache_bytes = sum(Path(f["filename"]).stat().st_size for f in dataset.cache_files)
     return {
         "rows": dataset.num_rows, "seconds": seconds, "cache_mb": cache_bytes / 2**20,
-        **common.peak_rss_mb(), "end_rss_mb": _status_mb()["VmRSS"],
+        **common.peak_rss_mb(), "end_rss_mb": common.status_mb()["VmRSS"],
         "peak_anon_mb": sampler.peak["RssAnon"], "peak_file_mb": sampler.peak["RssFile"],
     }  # fmt: skip
 
@@ -74,21 +74,11 @@ class RssSampler:
 
     def _loop(self) -> None:
         while True:
-            now = _status_mb()
+            now = common.status_mb()
             for key in self.peak:
                 self.peak[key] = max(self.peak[key], now[key])
             if self._stop.wait(0.05):
                 return
-
-
-def _status_mb() -> dict[str, float]:
-    """The ``kB`` lines of ``/proc/self/status``, in MiB."""
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if rest.strip().endswith("kB"):
-            values[key] = int(rest.split()[0]) / 1024
-    return values
 
 
 def floor_mb(env: dict[str, str]) -> dict[str, Any]:

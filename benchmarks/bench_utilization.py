@@ -98,7 +98,7 @@ def analyse(run: Run, requests: int, slots: int, ms_per_token: float, warmup: fl
     sent, done, aborted = run.series("generate_requests"), run.series("completed_requests"), \
         run.series("aborted_requests")  # fmt: skip
     first = next(i for i, n in enumerate(sent) if n > 0)
-    start = max(0, first - 1)  # the last tick before any request: the window includes the ramp-up
+    start = run.poller.start_index()  # the last tick before any request: the window includes the ramp-up
     if run.stopped is None:
         end = next(i for i, n in enumerate(sent) if n >= requests)
         drained: int | None = next((i for i, n in enumerate(done) if n + aborted[i] >= requests), len(t) - 1)

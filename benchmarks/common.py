@@ -151,6 +151,11 @@ class Poller:
         """``key`` summed over the servers, per tick."""
         return [float(sum(s[key] or 0 for s in snaps)) for _, snaps in self.ticks]
 
+    def start_index(self) -> int:
+        """The last tick before the servers saw their first ``/generate`` (where a window starts)."""
+        sent = self.series("generate_requests")
+        return max(0, next(i for i, n in enumerate(sent) if n > 0) - 1)
+
     def times(self) -> list[float]:
         return [t for t, _ in self.ticks]
 
@@ -209,12 +214,19 @@ class CpuAccount:
         self.others = max(0.0, busy - servers - children - me)
 
 
+def status_mb() -> dict[str, float]:
+    """The ``kB`` lines of ``/proc/self/status`` (VmRSS, VmHWM, ...), in MiB."""
+    values = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if rest.strip().endswith("kB"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
 def peak_rss_mb() -> dict[str, float]:
     """This process's peak RSS: ``VmHWM`` from ``/proc/self/status`` and ``ru_maxrss`` (MiB)."""
-    hwm = 0.0
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1]) / 1024
+    hwm = status_mb().get("VmHWM", 0.0)
     return {"vmhwm_mb": hwm, "ru_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
