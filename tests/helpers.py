@@ -19,6 +19,15 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     return path
 
 
+def write_prompts(folder: Path, count: int) -> Path:
+    """``folder/prompts.jsonl`` with ``count`` plain prompts, ids ``p000``, ``p001``, ..."""
+    topics = ["rivers", "stars", "bread", "trains", "owls", "glass", "maps", "tides", "clocks", "moss"]
+    rows = [
+        {"id": f"p{i:03d}", "prompt": f"Tell me about {topics[i % 10]} number {i}."} for i in range(count)
+    ]
+    return write_jsonl(folder / "prompts.jsonl", rows)
+
+
 def write_recipe(
     folder: Path, *, endpoints: Sequence[str], source: str = "prompts.jsonl", **sections: Any
 ) -> Path:

@@ -22,15 +22,9 @@ from eagle3_raw.errors import ServerMismatch
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.run import RunOptions, run
-from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
+from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_prompts, write_recipe
 from tests.reference.wire import get
 from tests.support.router import Router
-
-
-def _prompts(folder: Path, count: int) -> None:
-    write_jsonl(
-        folder / "prompts.jsonl", [{"id": f"p{i}", "prompt": f"Question {i}: why?"} for i in range(count)]
-    )
 
 
 def _run(recipe: Path, tmp_path: Path, **options: Any) -> Any:
@@ -43,7 +37,7 @@ def _source(rid: str) -> str:
 
 
 def test_samples_of_one_prompt_go_to_one_endpoint(tmp_path: Path) -> None:
-    _prompts(tmp_path, 40)
+    write_prompts(tmp_path, 40)
     with reference_server(tmp_path) as (a, ledger_a), reference_server(tmp_path) as (b, ledger_b):
         sampling = {"samples_per_prompt": 4, "max_new_tokens": 16}
         result = _run(write_recipe(tmp_path, endpoints=[a.url, b.url], sampling=sampling), tmp_path)
@@ -61,7 +55,7 @@ def test_samples_of_one_prompt_go_to_one_endpoint(tmp_path: Path) -> None:
 def test_in_flight_default_follows_each_servers_max_running_requests(tmp_path: Path) -> None:
     """From ``--max-running-requests`` when passed; else from what the scheduler really runs
     (``internal_states``), since ``/server_info`` has null for a flag that was not passed."""
-    _prompts(tmp_path, 160)
+    write_prompts(tmp_path, 160)
     with (
         reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2", "--max-running-requests", "8") as (
             a,
@@ -84,7 +78,7 @@ def _build(recipe: Path, tmp_path: Path, name: str) -> Any:
 
 
 def test_behind_a_router_the_set_is_the_same_as_from_the_workers(tmp_path: Path) -> None:
-    _prompts(tmp_path, 30)
+    write_prompts(tmp_path, 30)
     greedy = {"temperature": 0, "max_new_tokens": 24}
     with reference_server(tmp_path) as (a, _), reference_server(tmp_path) as (b, _):
         direct = _build(write_recipe(tmp_path, endpoints=[a.url], sampling=greedy), tmp_path, "direct")
@@ -103,7 +97,7 @@ def test_a_tokenizer_that_cannot_be_checked(
 ) -> None:
     """No /tokenize at all (a router that does not forward it): a warning, and the run goes on.
     A /tokenize that fails: refused before any generation, naming the URL."""
-    _prompts(tmp_path, 3)
+    write_prompts(tmp_path, 3)
     with (
         reference_server(tmp_path) as (server, ledger),
         Router([server.url], tokenize_status=status) as router,
@@ -121,7 +115,7 @@ def test_a_tokenizer_that_cannot_be_checked(
 def test_a_server_without_tokenizer_is_used_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _prompts(tmp_path, 3)
+    write_prompts(tmp_path, 3)
     with reference_server(tmp_path, "--skip-tokenizer-init") as (server, _):
         result = _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path)
     assert result.summary.rows == 3
@@ -134,7 +128,7 @@ _LINE = re.compile(r"([\d,]+)/(~?)([\d,]+|\?) rows")
 def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _prompts(tmp_path, 300)  # more rows than the planner may queue ahead
+    write_prompts(tmp_path, 300)  # more rows than the planner may queue ahead
     caplog.set_level(logging.INFO, logger="eagle3_raw.progress")
     with reference_server(tmp_path, "--slots", "8", "--ms-per-token", "2") as (server, _):
         recipe = write_recipe(
@@ -154,7 +148,7 @@ def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
 
 
 def test_log_mode_is_visible_from_python_without_logging_setup(tmp_path: Path) -> None:
-    _prompts(tmp_path, 40)
+    write_prompts(tmp_path, 40)
     with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2") as (server, _):
         recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 24})
         script = (
@@ -168,7 +162,7 @@ def test_log_mode_is_visible_from_python_without_logging_setup(tmp_path: Path) -
 
 
 def test_summary_of_a_dropping_recipe_counts_only_the_rows_of_the_set(tmp_path: Path) -> None:
-    _prompts(tmp_path, 12)
+    write_prompts(tmp_path, 12)
     with reference_server(tmp_path) as (server, _):
         sampling = {"max_new_tokens": 40, "samples_per_prompt": 3}
         recipe = write_recipe(tmp_path, endpoints=[server.url], on_truncation="drop", sampling=sampling)
@@ -208,7 +202,7 @@ def _run_in_terminal(command: list[str], timeout: float = 120) -> tuple[int, str
 
 
 def test_the_bar_in_a_terminal_counts_completed_rows_with_rate_and_time_left(tmp_path: Path) -> None:
-    _prompts(tmp_path, 60)
+    write_prompts(tmp_path, 60)
     with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2") as (server, _):
         recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 24})
         command = [
@@ -250,7 +244,7 @@ def test_prompts_near_the_limit_fit_a_speculative_servers_reserved_slots(tmp_pat
 
 
 def test_a_server_whose_preferred_sampling_params_would_change_the_rows_is_refused(tmp_path: Path) -> None:
-    _prompts(tmp_path, 4)
+    write_prompts(tmp_path, 4)
     preferred = ("--preferred-sampling-params", '{"ignore_eos": true, "temperature": 0.1}')
     with reference_server(tmp_path, *preferred) as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url])
@@ -266,7 +260,7 @@ def test_a_server_whose_preferred_sampling_params_would_change_the_rows_is_refus
 
 
 def test_preferred_sampling_params_that_cannot_change_a_row_are_accepted(tmp_path: Path) -> None:
-    _prompts(tmp_path, 3)
+    write_prompts(tmp_path, 3)
     harmless = '{"sampling_seed": 5, "stream_interval": 4, "temperature": 0.1}'  # all sent by every job
     with reference_server(tmp_path, "--preferred-sampling-params", harmless) as (server, _):
         assert _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path).summary.rows == 3
