@@ -20,30 +20,35 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle3_raw.errors import Eagle3RawError, FatalError
+from eagle3_raw.identity import Target, set_config_id
+from eagle3_raw.journal import set_dir
 from eagle3_raw.progress import reason_lines
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
-from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, run
+from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, resolve, run
 
 VERSION = datasets.Version("1.0.0")
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(
-    {"journal_dir", "allow_server_change", "retry_failed", "progress", "log_interval", "generate"}
+    {"journal_dir", "retry_failed", "progress", "log_interval", "generate", "partial"}
 )
 
 
 @dataclass
 class Eagle3RawConfig(datasets.BuilderConfig):  # type: ignore[misc]
-    """The recipe, resolved, and how to run it."""
+    """The recipe, resolved, its target, and how to run it."""
 
     recipe: Recipe | None = None
     run_options: RunOptions = field(default_factory=RunOptions)
+    target: Target | None = None
+    set_id: str = ""
+    """The set's config id (:func:`eagle3_raw.identity.set_config_id`), ``-partial`` appended for a
+    set assembled before every shard finished."""
 
     def create_config_id(self, config_kwargs: dict[str, Any], custom_features: Any = None) -> str:
-        """The recipe's ``<name>-<fingerprint>``: the data-changing fields, nothing else."""
-        assert self.recipe is not None
-        return self.recipe.config_id
+        """The set's id: the recipe's data-changing fields, the target and the code, nothing else."""
+        return self.set_id
 
 
 class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
@@ -67,8 +72,18 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         recipe = load_recipe(recipe_source, config_kwargs)
         if config_name not in (None, recipe.name):
             raise ValueError(f"config name {config_name!r} does not match the recipe name {recipe.name!r}")
-        config = Eagle3RawConfig(name=recipe.name, version=VERSION, recipe=recipe, run_options=options)
-        return config, config.create_config_id({})
+        with our_errors():
+            target = resolve(recipe, options)
+        set_id = set_config_id(recipe, target) + _partial_suffix(recipe, options, target)
+        config = Eagle3RawConfig(
+            name=recipe.name,
+            version=VERSION,
+            recipe=recipe,
+            run_options=options,
+            target=target,
+            set_id=set_id,
+        )
+        return config, set_id
 
     @property
     def recipe(self) -> Recipe:
@@ -93,28 +108,41 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        self.run_result = run(self.recipe, self.config.run_options)
-        return [
-            datasets.SplitGenerator(
-                name=datasets.Split.TRAIN, gen_kwargs={"journal_dir": self.run_result.journal_dir}
-            )
-        ]
+        self.run_result = run(self.recipe, self.config.run_options, self.config.target)
+        kwargs = {"root": self.config.run_options.root, "config_id": self.run_result.config_id}
+        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
 
-    def _generate_tables(self, journal_dir: Path) -> Iterator[tuple[Any, pa.Table]]:
-        yield from journal_tables(journal_dir, self.recipe)
+    def _generate_tables(self, root: Path, config_id: str) -> Iterator[tuple[Any, pa.Table]]:
+        yield from journal_tables(root, config_id, self.recipe)
 
 
-def journal_tables(journal_dir: Path, recipe: Recipe) -> Iterator[tuple[Any, pa.Table]]:
-    """The journal's rows in canonical order, as ``datasets`` keys and Arrow tables.
+def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:
+    """``-partial`` for a merge of a set whose shards have not all finished (``options.partial``);
+    FatalError (what is missing) for such a merge without it."""
+    from eagle3_raw.journal import set_dir
+    from eagle3_raw.shards import check_whole, whole_count
 
-    Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``.
+    if options.generate:
+        return ""
+    directory = set_dir(options.root, set_config_id(recipe, target))
+    if whole_count(directory) is not None:
+        return ""
+    if not options.partial:
+        check_whole(directory)  # raises, saying what is missing
+    return "-partial"
+
+
+def journal_tables(root: Path, config_id: str, recipe: Recipe) -> Iterator[tuple[Any, pa.Table]]:
+    """The set's rows in canonical order, from its journal alone, as ``datasets`` keys and Arrow
+    tables. Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``.
     """
     from datasets.builder import Key
 
     from eagle3_raw.journal import Journal
 
     rows = 0
-    with Journal.read(journal_dir, fingerprint=recipe.fingerprint) as journal:
+    with Journal.read(root, config_id) as journal:
+        journal_dir = journal.directory
         for batch, table in enumerate(journal.iter_tables()):
             if recipe.on_truncation == "drop":
                 table = table.filter(pc.not_equal(table["finish_reason"], "length"))
@@ -153,6 +181,12 @@ class Built:
     journal_dir: Path
     run_result: RunResult | None
     cache_dir: str
+    config_id: str = ""
+    """The set's config id (``-partial`` at the end for a set assembled before every shard finished)."""
+
+    @property
+    def partial(self) -> bool:
+        return self.config_id.endswith("-partial")
 
     @property
     def generated(self) -> bool:
@@ -178,12 +212,10 @@ def build(
     with our_errors():
         builder.download_and_prepare()
     result = builder.run_result
-    journal = (
-        result.journal_dir
-        if result is not None
-        else journal_dir_for(builder.recipe, options.get("journal_dir"))
-    )
-    return Built(builder.as_dataset(split="train"), Path(journal), result, str(builder.cache_dir))
+    config: Eagle3RawConfig = builder.config
+    assert config.target is not None
+    journal = set_dir(config.run_options.root, set_config_id(builder.recipe, config.target))
+    return Built(builder.as_dataset(split="train"), journal, result, str(builder.cache_dir), config.set_id)
 
 
 @contextlib.contextmanager

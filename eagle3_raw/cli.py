@@ -67,7 +67,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="journal root (default $EAGLE3_RAW_JOURNAL_DIR or ~/.cache/eagle3_raw/journals)",
     )
-    add("--allow-server-change", action="store_true", help="resume against a server whose identity changed")
     add("--retry-failed", action="store_true", help="try rows that failed for good in an earlier run again")
     add("--quiet", action="store_true", help="no progress bar: one log line per interval")
     add(
@@ -99,14 +98,16 @@ def _add_merge(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_recipe_arguments(parser)
     _add_output_arguments(parser)
     parser.add_argument("--journal-dir", type=Path, help="journal root the shards wrote to")
-    parser.add_argument("--force", action="store_true", help="merge even if some shard has not finished")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="merge even if some shard has not finished: the set is marked partial (its own config id)",
+    )  # fmt: skip
     parser.set_defaults(handler=_merge)
 
 
 def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "journal_dir": args.journal_dir,
-        "allow_server_change": args.allow_server_change,
         "retry_failed": args.retry_failed,
         "progress": "log" if args.quiet else "bar",
         "log_interval": args.log_interval,
@@ -147,15 +148,12 @@ def _merge_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from eagle3_raw.recipe import load_recipe, parse_set_args
-    from eagle3_raw.run import journal_dir_for
-    from eagle3_raw.shards import check_merge_ready
+    from eagle3_raw.recipe import parse_set_args
 
     overrides = parse_set_args(args.overrides)
-    recipe = load_recipe(args.recipe, overrides)
-    if not args.force:
-        check_merge_ready(journal_dir_for(recipe, args.journal_dir))
-    assemble_only = {"journal_dir": args.journal_dir, "generate": False, "progress": "none"}
+    assemble_only = {
+        "journal_dir": args.journal_dir, "generate": False, "partial": args.force, "progress": "none"
+    }  # fmt: skip
     return _materialize(args, overrides, assemble_only)
 
 
@@ -176,7 +174,9 @@ def build_dataset(
 
     built = build(recipe, overrides=overrides, cache_dir=cache_dir, run_options=run_options)
     if built.run_result is not None:
-        return built.dataset, built.run_result.summary.render()
+        result = built.run_result
+        partial = f"\nPARTIAL set ({result.partial}): config {built.config_id}" if result.partial else ""
+        return built.dataset, result.summary.render() + partial
     cached = f"loaded from the datasets cache (no request sent): {len(built.dataset):,} rows"
     return built.dataset, f"{cached}\ncache             {built.cache_dir}"
 

@@ -8,6 +8,8 @@ Its three branches are what a run does with an error:
   goes on. Nothing already generated is lost.
 - :class:`FatalError`: the run stops. Raised before any data is generated wherever possible
   (bad recipe, unreachable server, tokenizer mismatch); during a run, the journal is flushed first.
+
+Ctrl-C and SIGTERM raise :class:`Interrupted`, a :class:`KeyboardInterrupt` (outside the tree).
 """
 
 from __future__ import annotations
@@ -135,5 +137,8 @@ class HubError(FatalError):
     """A push to or a read from the Hub failed (credentials, permissions, missing repo)."""
 
 
-class Interrupted(FatalError):
-    """The run was stopped by the user (Ctrl-C); the journal holds everything finished."""
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped (Ctrl-C, SIGTERM); the journal holds everything finished.
+
+    A :class:`KeyboardInterrupt`, not an :class:`Exception`: ``except Exception`` around a build in
+    a caller's program does not swallow the user's Ctrl-C."""

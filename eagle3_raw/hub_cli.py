@@ -38,6 +38,10 @@ def add_push(sub: SubParsers) -> argparse.ArgumentParser:
     )
     add("--revision", metavar="BRANCH", help="push to this branch (created from main if missing)")
     add("--cache-dir", type=Path, help="datasets cache folder (default: HF_DATASETS_CACHE)")
+    add(
+        "--allow-partial", action="store_true",
+        help="generate nothing: publish what the journal holds, marked partial if a shard has not finished",
+    )  # fmt: skip
     add_run_arguments(parser)
     parser.set_defaults(handler=run_push)
     return parser
@@ -78,6 +82,7 @@ def run_push(args: argparse.Namespace) -> int:
     result = push(
         args.recipe, args.repo, tag=args.tag, private=args.private, revision=args.revision,
         overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir, run_options=run_kwargs(args),
+        partial=args.allow_partial,
     )  # fmt: skip
     print(result.render())
     return 0

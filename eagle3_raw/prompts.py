@@ -118,7 +118,9 @@ class Conversation:
     tools: tuple[Mapping[str, Any], ...] | None
 
 
-def iter_conversations(recipe: Recipe) -> Iterator[Conversation | PromptFormatError]:
+def iter_conversations(
+    recipe: Recipe, *, hub_revision: str | None = None
+) -> Iterator[Conversation | PromptFormatError]:
     """The conversations of ``recipe.prompts`` in canonical order, lazily (see the module docs).
 
     Raises :class:`SourceError` at call time when the source as a whole cannot be opened (missing
@@ -126,7 +128,7 @@ def iter_conversations(recipe: Recipe) -> Iterator[Conversation | PromptFormatEr
     file turns unreadable mid-way. A malformed row is yielded as a :class:`PromptFormatError` whose
     ``row_id`` and ``index`` say which row it is.
     """
-    table = open_source(recipe)
+    table = open_source(recipe, hub_revision=hub_revision)
     return _conversations(_taken(table, recipe.prompts), recipe.prompts)
 
 
@@ -467,18 +469,44 @@ def shuffled_positions(count: int, seed: int) -> list[int]:
 # --- opening a source ------------------------------------------------------------------------
 
 
-def open_source(recipe: Recipe) -> _Table:
-    """The recipe's prompt source, opened (local path if it exists, else a Hub dataset id)."""
+def open_source(recipe: Recipe, *, hub_revision: str | None = None) -> _Table:
+    """The recipe's prompt source, opened (local path if it exists, else a Hub dataset id, at
+    ``hub_revision`` when given: the commit the run resolved, else ``prompts.revision``)."""
     prompts = recipe.prompts
     path = recipe.resolve_path(prompts.source)
     if path.exists():
         return _Files([_open_file(f, f.name) for f in _data_files(path)])
-    if _HUB_ID.match(prompts.source) and not prompts.source.endswith(DATA_SUFFIXES):
-        return _open_hub(prompts)
+    if is_hub_source(recipe):
+        return _open_hub(prompts, hub_revision or prompts.revision)
     raise SourceError(
         f"prompt source {prompts.source!r}: no such file or folder ({path}), "
         "and not a Hub dataset id of the form org/name"
     )
+
+
+def is_hub_source(recipe: Recipe) -> bool:
+    """Whether ``prompts.source`` names a Hub dataset (it is not a local path and looks like org/name)."""
+    source = recipe.prompts.source
+    if recipe.resolve_path(source).exists():
+        return False
+    return bool(_HUB_ID.match(source)) and not source.endswith(DATA_SUFFIXES)
+
+
+def resolve_hub_commit(prompts: PromptsConfig) -> str:
+    """The commit ``prompts.revision`` (or the default branch) of the Hub dataset is at now;
+    SourceError when the Hub cannot say."""
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi().dataset_info(prompts.source, revision=prompts.revision)
+    except Exception as exc:  # offline, no such repo or revision, HTTP errors: all mean "cannot tell"
+        at = f" at {prompts.revision!r}" if prompts.revision else ""
+        raise SourceError(
+            f"prompt source {prompts.source}{at}: cannot resolve its commit ({type(exc).__name__}: {exc})"
+        ) from exc
+    if not info.sha:
+        raise SourceError(f"prompt source {prompts.source}: the Hub did not say which commit it is at")
+    return str(info.sha)
 
 
 def _data_files(path: Path) -> list[Path]:
@@ -689,16 +717,16 @@ class _HubTable:
         return _Raw(self.dataset[position], f"{self.label} row {position}")
 
 
-def _open_hub(prompts: PromptsConfig) -> _HubTable:
+def _open_hub(prompts: PromptsConfig, revision: str | None) -> _HubTable:
     import datasets
 
     label = f"{prompts.source}{f'/{prompts.subset}' if prompts.subset else ''}[{prompts.split}]"
     try:
         dataset = datasets.load_dataset(
-            prompts.source, prompts.subset, split=prompts.split, revision=prompts.revision
+            prompts.source, prompts.subset, split=prompts.split, revision=revision
         )
     except Exception as exc:  # any failure here means the source as a whole is unusable
-        revision = f" at revision {prompts.revision!r}" if prompts.revision else ""
+        revision = f" at revision {revision!r}" if revision else ""
         message = (
             f"prompt source {label}{revision}: cannot load the Hub dataset ({type(exc).__name__}: {exc})"
         )

@@ -24,9 +24,6 @@ import yaml
 
 from eagle3_raw.errors import RecipeError
 
-SCHEMA_VERSION = 1
-"""Bumped when the row layout or the generation semantics change (enters the fingerprint)."""
-
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
 
@@ -164,11 +161,6 @@ class Recipe:
         """16 hex digits identifying the data this recipe produces (see :func:`fingerprint_payload`)."""
         payload = orjson.dumps(fingerprint_payload(self), option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(payload).hexdigest()[:16]
-
-    @property
-    def config_id(self) -> str:
-        """The ``datasets`` config id: readable name plus fingerprint."""
-        return f"{self.name}-{self.fingerprint}"
 
     def to_dict(self) -> dict[str, Any]:
         """The recipe as YAML-ready data, defaults included (round-trips through :func:`parse_recipe`)."""
@@ -375,9 +367,20 @@ def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
         raise RecipeError("sampling.min_new_tokens", minimum, allowed)
     return SamplingConfig(
         params=params,
-        samples_per_prompt=_get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1),
+        samples_per_prompt=_samples_per_prompt(raw),
         seed=_get_int(raw, "seed", "sampling.", 0, minimum=0),
     )
+
+
+MAX_SAMPLES_PER_PROMPT = 4095
+"""Rows of one prompt (the journal packs a row's turn and sample into 12 bits each)."""
+
+
+def _samples_per_prompt(raw: Mapping[str, Any]) -> int:
+    value = _get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1)
+    if value > MAX_SAMPLES_PER_PROMPT:
+        raise RecipeError("sampling.samples_per_prompt", value, f"expected at most {MAX_SAMPLES_PER_PROMPT}")
+    return value
 
 
 def _check_sampling_key(key: str) -> None:
@@ -554,12 +557,11 @@ def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
     enters with its revision as written (pin ``revision`` for a fingerprint that means one thing).
     """
     return {
-        "schema": SCHEMA_VERSION,
         "prompts": _prompts_identity(recipe),
         "turns": recipe.turns,
         "model": _model_identity(recipe),
         "sampling": {
-            "params": _canonical_params(recipe.sampling.request_params()),
+            "params": canonical_params(recipe.sampling.request_params()),
             "samples_per_prompt": recipe.sampling.samples_per_prompt,
             "seed": recipe.sampling.seed,
         },
@@ -567,7 +569,18 @@ def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def _canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
+def shaping_payload(recipe: Recipe) -> dict[str, Any]:
+    """The fields that shape each request (not which rows there are): the model, its template and
+    kwargs, the sampling parameters and the base seed. Part of every input key
+    (:func:`eagle3_raw.identity.input_context`)."""
+    return {
+        "model": _model_identity(recipe),
+        "params": canonical_params(recipe.sampling.request_params()),
+        "seed": recipe.sampling.seed,
+    }
+
+
+def canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` with every SGLang default resolved: optional keys left at their default dropped."""
     result = {k: v for k, v in params.items() if not _is_optional_default(k, v)}
     if result.get("top_k") == -1:

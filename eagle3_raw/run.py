@@ -1,51 +1,43 @@
-"""Orchestration of a build: connect, check, plan, dispatch, journal, summarize.
+"""Orchestration of a build: target, journal, checks, planning, dispatch, summary.
 
-Order of a run: load the tokenizer, start the reference server if the recipe asks for it, read
-every endpoint's identity and check its tokenizer (all before any data is generated), open the
-journal (refusing a resume against a different server), then plan jobs in a worker thread while
-workers send them through the endpoint pool. Finished rows go to the journal as they come; the
-journal is what the builder reads, in canonical order, once every job has an outcome.
+Order of a run: the target is known (:mod:`eagle3_raw.target`, usually by the builder already), so
+the set's config id and journal folder are. A set whose journal is whole is read back as it is,
+with no server and no tokenizer. Otherwise: the tokenizer loads, a reference server starts if the
+recipe asks for one, every endpoint is checked against the target and the recipe (all before any
+data is generated), and a planner thread plans rows in canonical order (reusing every generation
+the journal already holds) while workers send the rest through the endpoint pool. Outcomes go to
+the journal as they come; the journal is what the builder reads, in canonical order.
+
+The parts: :mod:`.checks` (start-up and re-admission), :mod:`.plan` (rows, reuse, requests),
+:mod:`.dispatch` (workers, retries), :mod:`.feed` (planner to workers), :mod:`.runtime` (event
+loop, signals and file descriptors inside a host program), :mod:`.journal`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
-import random
 import re
-import signal
 import threading
-import uuid
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw import sglang
+from eagle3_raw.checks import ServerChecks
+from eagle3_raw.dispatch import Dispatcher
 from eagle3_raw.endpoints import Endpoint, EndpointPool
-from eagle3_raw.errors import (
-    ConnectError,
-    FatalError,
-    GenerationAborted,
-    Interrupted,
-    RecipeError,
-    RequestTimeout,
-    RetriesExhausted,
-    RetryableError,
-    RowError,
-    ServerBusy,
-    ServerMismatch,
-    ServerUnreachable,
-)
-from eagle3_raw.plan import Job, Limits, Shard, Skip, plan_jobs
+from eagle3_raw.errors import FatalError, Interrupted, RecipeError, ServerUnreachable, SourceError
+from eagle3_raw.feed import JobFeed, gather_or_fail
+from eagle3_raw.identity import Target, code_digest, set_config_id
+from eagle3_raw.plan import KeySet, Planner, Shard
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
-from eagle3_raw.recipe import MANAGED_SAMPLING_KEYS
 from eagle3_raw.redact import scrub
-from eagle3_raw.rows import Row
-from eagle3_raw.shards import mark_complete
+from eagle3_raw.runtime import open_file_budget, run_sync, signals_cancel
+from eagle3_raw.shards import check_whole, mark_complete, missing, whole_count
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -61,11 +53,6 @@ MAX_DEFAULT_IN_FLIGHT = 1024
 """Cap of the derived per-endpoint limit (set ``server.max_in_flight`` to go past it)."""
 
 _CHUNK = 64
-_TOKENIZE_ATTEMPTS = 3
-# Preferred sampling params that cannot change a row: every job sends its own sampling_seed, and
-# stream_interval only paces streamed replies.
-_HARMLESS_PREFERRED = frozenset({"sampling_seed", "stream_interval"})
-_ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
 
 
 @dataclass(frozen=True)
@@ -73,13 +60,15 @@ class RunOptions:
     """How to run a recipe (none of it changes the data)."""
 
     journal_dir: Path | None = None
+    """The journal root (default :func:`eagle3_raw.journal.journal_root`)."""
     shard: Shard = field(default_factory=Shard)
-    allow_server_change: bool = False
     retry_failed: bool = False
     progress: ProgressMode = "bar"
     log_interval: float = 30.0
     generate: bool = True
     """False: send nothing; the set is assembled from what the journal holds (``eagle3-raw merge``)."""
+    partial: bool = False
+    """With ``generate=False``: assemble even if some shard has not finished (the set is partial)."""
 
     def __post_init__(self) -> None:
         if self.progress not in ("bar", "log", "none"):
@@ -87,57 +76,82 @@ class RunOptions:
         if self.log_interval <= 0:
             raise RecipeError("log_interval", self.log_interval, "expected a positive number of seconds")
 
+    @property
+    def root(self) -> Path:
+        from eagle3_raw.journal import journal_root
+
+        return self.journal_dir or journal_root()
+
 
 @dataclass(frozen=True)
 class RunResult:
     """Where the rows are, and what the run did."""
 
     journal_dir: Path
+    """The set's journal folder."""
     summary: Summary
+    config_id: str
+    target: Target
+    partial: str | None = None
+    """What is missing when the set was assembled partial (``merge --force``), else None."""
 
 
-def journal_dir_for(recipe: Recipe, journal_dir: Path | None = None) -> Path:
-    """The journal folder of ``recipe``: ``<root>/<name>-<fingerprint>``."""
-    from eagle3_raw.journal import journal_root
+def resolve(recipe: Recipe, options: RunOptions) -> Target:
+    """The target of ``recipe`` (see :func:`eagle3_raw.target.resolve_target`)."""
+    from eagle3_raw.target import resolve_target
 
-    return (journal_dir or journal_root()) / recipe.config_id
+    return resolve_target(recipe, options.root, api_key=api_key(recipe))
 
 
-def run(recipe: Recipe, options: RunOptions | None = None) -> RunResult:
+def journal_dir_for(recipe: Recipe, journal_dir: Path | None = None, target: Target | None = None) -> Path:
+    """The journal folder of ``recipe``'s set (``<root>/sets/<config id>``); asks the server for
+    the target unless given."""
+    from eagle3_raw.journal import set_dir
+
+    options = RunOptions(journal_dir=journal_dir)
+    return set_dir(options.root, set_config_id(recipe, target or resolve(recipe, options)))
+
+
+def run(recipe: Recipe, options: RunOptions | None = None, target: Target | None = None) -> RunResult:
     """Generate every missing row of ``recipe`` into its journal; see the module docstring.
 
     Raises a :class:`~eagle3_raw.errors.FatalError` when the run cannot go on (the journal keeps
-    everything finished), and :class:`~eagle3_raw.errors.Interrupted` on Ctrl-C or SIGTERM.
+    everything finished), and :class:`~eagle3_raw.errors.Interrupted` (a KeyboardInterrupt) on
+    Ctrl-C or SIGTERM.
     """
-    from eagle3_raw.render import Renderer
+    from eagle3_raw.journal import set_dir
 
     options = options or RunOptions()
+    target = target or resolve(recipe, options)
+    directory = set_dir(options.root, set_config_id(recipe, target))
     if not options.generate:
-        return assemble(recipe, options)
-    renderer = Renderer(recipe)
-    with launched_endpoints(recipe) as endpoints:
-        build = _Run(recipe, options, renderer, endpoints)
-        try:
-            return asyncio.run(build.main())
-        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-            raise Interrupted(build.interrupted_message()) from exc
+        return assemble(recipe, options, target)
+    if whole_count(directory) is not None and not options.retry_failed:
+        return assemble(recipe, options, target)  # whole: read back, no server, no tokenizer
+    build = _Build(recipe, options, target)
+    try:
+        with launched_endpoints(recipe) as urls:
+            return run_sync(lambda: build.main(urls))
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        raise Interrupted(build.interrupted_message()) from exc
 
 
 @contextlib.contextmanager
 def launched_endpoints(recipe: Recipe) -> Iterator[tuple[str, ...]]:
-    """The recipe's endpoints, plus a reference server started for the run if it asks for one."""
+    """The recipe's endpoints, or the reference server started for the run if it asks for one."""
     if recipe.server.launch != "reference":
         yield recipe.server.endpoints
         return
     from eagle3_raw.reference.launch import launch_reference
 
-    key = _api_key(recipe)
+    key = api_key(recipe)
     args = [*recipe.server.launch_args, *(["--api-key", key] if key else [])]
     with launch_reference(args=args) as server:
-        yield (*recipe.server.endpoints, server.url)
+        yield (server.url,)
 
 
-def _api_key(recipe: Recipe) -> str | None:
+def api_key(recipe: Recipe) -> str | None:
+    """The server's API key, from the environment variable ``server.api_key_env`` names."""
     name = recipe.server.api_key_env
     if name is None:
         return None
@@ -155,259 +169,157 @@ def _api_key(recipe: Recipe) -> str | None:
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
-class _Run:
-    """The state of one build (lives on one event loop)."""
+class _Build:
+    """One build on one event loop: the journal, the checks, the planner thread and the workers."""
 
-    def __init__(self, recipe: Recipe, options: RunOptions, renderer: Renderer, urls: Sequence[str]) -> None:
+    def __init__(self, recipe: Recipe, options: RunOptions, target: Target) -> None:
+        from eagle3_raw.journal import set_dir
+
         self.recipe = recipe
         self.options = options
-        self.renderer = renderer
-        self.urls = urls
+        self.target = target
+        self.config_id = set_config_id(recipe, target)
+        self.directory = set_dir(options.root, self.config_id)
         self.stats = RunStats()
         self.display = ProgressDisplay(options.progress, log_interval=options.log_interval)
-        self.in_flight: dict[str, str] = {}
-        self.affinity: dict[int, Endpoint] = {}
-        self.journal_dir = journal_dir_for(recipe, options.journal_dir)
-        self._stop = threading.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._rid_prefix = uuid.uuid4().hex[:8]  # unique per run; the counter, per attempt
-        self._rid_counter = itertools.count()
-        self._probe: tuple[str, list[int]] | None = None
-        self._signalled = False
+        self.stop = threading.Event()
 
     def interrupted_message(self) -> str:
         return (
             f"interrupted: {self.stats.rows} new rows this run; every finished row is in the journal "
-            f"{self.journal_dir}. Run the same command again to resume."
+            f"{self.directory}. Run the same command again to resume."
         )
 
-    async def main(self) -> RunResult:
-        self._handle_signals()
-        server = self.recipe.server
-        async with sglang.new_session(
-            connect_timeout=server.connect_timeout, api_key=_api_key(self.recipe)
-        ) as s:
-            self.session = s
-            identities, down = await self._connect()
-            self.identity = identities[0]
-            await self._check_tokenizers(identities)
-            with self._open_journal(identities[0]) as journal:
-                self.journal = journal
-                await self._generate_all(identities, down)
-                summary = self._summary()
-        return RunResult(self.journal_dir, summary)
+    async def main(self, urls: Sequence[str]) -> RunResult:
+        from eagle3_raw.render import Renderer
 
-    def _handle_signals(self) -> None:
-        """Ctrl-C or SIGTERM cancels the run, which then aborts its in-flight requests and flushes
-        the journal. A repeat while that happens (an impatient second Ctrl-C; ``timeout`` signals
-        the process and its group) only says so: asyncio's own handler would raise
-        KeyboardInterrupt into the cleanup and leave the aborts unsent."""
         task = asyncio.current_task()
-        if task is None or threading.current_thread() is not threading.main_thread():
-            return
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal, task)
+        assert task is not None
+        with signals_cancel(task, on_repeat=_already_stopping):
+            renderer = await asyncio.to_thread(Renderer, self.recipe)
+            journal = await asyncio.to_thread(self._open_journal)
+            with journal:
+                if self.options.retry_failed:
+                    await asyncio.to_thread(journal.sets.retry_failed)
+                await self._generate(journal, renderer, urls)
+                summary = await asyncio.to_thread(summarize, journal, self.recipe, self.stats)
+        return RunResult(self.directory, summary, self.config_id, self.target)
 
-    def _on_signal(self, task: asyncio.Task[Any]) -> None:
-        if self._signalled:
-            log.warning("already stopping: aborting in-flight requests and flushing the journal")
-            return
-        self._signalled = True
-        task.cancel()
-
-    # --- start-up checks ---------------------------------------------------------------------
-
-    async def _connect(self) -> tuple[list[sglang.ServerIdentity], list[str]]:
-        timeout = self.recipe.server.connect_timeout
-        results = await asyncio.gather(
-            *(sglang.server_identity(self.session, url, timeout) for url in self.urls), return_exceptions=True
-        )
-        identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
-        errors = [(u, r) for u, r in zip(self.urls, results, strict=True) if isinstance(r, BaseException)]
-        for _url, error in errors:
-            if not isinstance(error, ServerUnreachable):
-                raise error
-        if not identities:
-            raise ServerUnreachable("no endpoint answered: " + "; ".join(str(e) for _, e in errors))
-        for url, error in errors:
-            log.warning("endpoint %s is not answering (%s); continuing without it until it does", url, error)
-        _check_same_model(identities)
-        for identity in identities:
-            _check_preferred_sampling(identity, self.recipe.sampling.request_params())
-        return identities, [url for url, _ in errors]
-
-    async def _check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
-        for identity in identities:
-            await self._check_tokenizer(identity)
-
-    async def _check_tokenizer(self, identity: sglang.ServerIdentity) -> None:
-        """ServerMismatch unless the server's ``/tokenize`` agrees with our tokenizer on a probe text,
-        or the check cannot be made at all (``--skip-tokenizer-init``, no ``/tokenize``)."""
-        url = identity.url
-        if identity.server_info.get("skip_tokenizer_init") is True:
-            log.warning("%s runs with --skip-tokenizer-init: its tokenizer cannot be compared with %r; "
-                        "make sure they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
-            return
-        text, ours = self._tokenizer_probe()
-        theirs = await self._server_tokenization(url, text)
-        if theirs is not None and list(theirs) != list(ours):
-            raise ServerMismatch(_tokenizer_mismatch(url, self.recipe.model.tokenizer, ours, theirs))
-
-    def _tokenizer_probe(self) -> tuple[str, list[int]]:
-        if self._probe is None:
-            text = tokenizer_probe(self.renderer)
-            self._probe = (
-                text,
-                self.renderer.tokenizer.encode(text, add_special_tokens=False, verbose=False),
-            )
-        return self._probe
-
-    async def _server_tokenization(self, url: str, text: str) -> list[int] | None:
-        """``/tokenize`` of ``text``, retried while transient; None when the server has no
-        ``/tokenize`` (an HTTP 404, e.g. a router that does not forward it)."""
-        timeout, attempts = self.recipe.server.connect_timeout, 0
-        while True:
-            try:
-                return await sglang.tokenize(self.session, url, text, timeout)
-            except ServerUnreachable:
-                log.warning("%s has no /tokenize: its tokenizer cannot be compared with %r; make sure "
-                            "they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
-                return None
-            except RetryableError as exc:
-                attempts += 1
-                if attempts == _TOKENIZE_ATTEMPTS:
-                    raise ServerMismatch(_untestable_tokenizer(url, exc)) from exc
-                await asyncio.sleep(_backoff(attempts))
-            except RowError as exc:
-                raise ServerMismatch(_untestable_tokenizer(url, exc)) from exc
-
-    def _open_journal(self, identity: sglang.ServerIdentity) -> Journal:
+    def _open_journal(self) -> Journal:
         from eagle3_raw.journal import Journal
 
-        journal = Journal.open(
-            self.journal_dir,
-            fingerprint=self.recipe.fingerprint,
-            recipe=scrub(self.recipe.to_dict()),
-            shard=self.options.shard.name,
-        )
+        return Journal.open(self.options.root, fresh_manifest(self.recipe, self.target), self.target,
+                            shard=self.options.shard.name)  # fmt: skip
+
+    async def _generate(self, journal: Journal, renderer: Renderer, urls: Sequence[str]) -> None:
+        server = self.recipe.server
+        async with sglang.new_session(
+            connect_timeout=server.connect_timeout, api_key=api_key(self.recipe)
+        ) as s:
+            checks = ServerChecks(self.recipe, renderer, s, self.target)
+            pool = await self._connect(checks, urls, journal, renderer)
+            hub_revision = await asyncio.to_thread(self._hub_revision, journal)
+            planner = await asyncio.to_thread(self._planner, journal, renderer)
+            dispatcher = Dispatcher(
+                self.recipe, s if pool else None, pool, journal, self.stats,
+                vocab_size=renderer.vocab_size, stop=self.stop,
+            )  # fmt: skip
+            try:
+                await self._dispatch(planner, dispatcher, pool, hub_revision)
+                await asyncio.to_thread(journal.flush)  # every outcome on disk before the marker
+                await asyncio.to_thread(mark_complete, self.directory, self.options.shard, self._counts())
+            finally:
+                if pool is not None:
+                    await pool.close()
+
+    async def _connect(
+        self, checks: ServerChecks, urls: Sequence[str], journal: Journal, renderer: Renderer
+    ) -> EndpointPool | None:
+        """The pool of checked endpoints; None when none answers and the target came from the
+        journal (then only rows the journal holds can be made)."""
         try:
-            journal.set_server_identity(
-                self._identity_record(identity), allow_change=self.options.allow_server_change
-            )
-            if self.options.retry_failed:
-                journal.clear_failures()
-        except BaseException:
-            journal.close()
-            raise
-        return journal
+            identities, down = await checks.connect(urls)
+        except ServerUnreachable:
+            if self.target.origin != "journal":
+                raise
+            log.warning("no endpoint answers: only rows whose generations the journal holds can be made")
+            return None
+        await checks.check_tokenizers(identities)
+        facts = server_facts(identities[0], renderer)
+        await asyncio.to_thread(journal.sets.update, lambda m: m.update(server=m.get("server") or facts))
+        return _make_pool(self.recipe, identities, down, checks, urls)
 
-    def _identity_record(self, identity: sglang.ServerIdentity) -> dict[str, Any]:
-        tokenizer = self.renderer.identity()
-        return {
-            **identity.comparable(),
-            "tokenizer_path": str(identity.model_info.get("tokenizer_path") or ""),
-            "tokenizer_hash": f"{tokenizer['tokenizer_sha256']}:{tokenizer['chat_template_sha256']}",
-            "tokenizer": tokenizer,
-            "model_info": dict(identity.model_info),
-            "server_info": dict(identity.server_info),
-        }
+    def _hub_revision(self, journal: Journal) -> str | None:
+        """The Hub source's commit this set is built from: resolved and recorded at the first run,
+        then checked; a source that moved is refused."""
+        from eagle3_raw.prompts import is_hub_source, resolve_hub_commit
 
-    # --- generation --------------------------------------------------------------------------
+        if not is_hub_source(self.recipe):
+            return None
+        recorded = (journal.manifest.get("source") or {}).get("commit")
+        try:
+            commit = resolve_hub_commit(self.recipe.prompts)
+        except SourceError as exc:
+            if recorded is None:
+                raise
+            log.warning("%s; using the commit this set was started from, %s", exc, recorded)
+            return str(recorded)
+        if recorded is None:
+            source = {
+                "repo": self.recipe.prompts.source,
+                "revision": self.recipe.prompts.revision,
+                "commit": commit,
+            }
+            journal.sets.update(lambda m: m.update(source=source))
+            return commit
+        if recorded != commit:
+            raise FatalError(_moved_source(self.recipe, recorded, commit))
+        return commit
 
-    async def _generate_all(self, identities: Sequence[sglang.ServerIdentity], down: Sequence[str]) -> None:
-        self.pool = self._make_pool(identities, down)
-        self.limits = _limits(identities)
-        self.vocab_size = self.renderer.vocab_size
-        done = self.journal.done()
+    def _planner(self, journal: Journal, renderer: Renderer) -> Planner:
+        import numpy as np
+
+        index = journal.generation_index()
+        done = journal.done_keys(index)
+        failed = journal.failed_keys(done)
         self.stats.replayed = len(done)
-        exclude = done | {f["key"] for f in self.journal.failures() if f["kind"] == "failed"}
-        feed = _JobFeed(self._stop, maxsize=max(4 * _CHUNK, 2 * self.pool.capacity))
-        self.display.start(f"{self.recipe.name}")
-        workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.pool.capacity)]
-        ticker = asyncio.create_task(self._tick())
-        producer = asyncio.create_task(
-            asyncio.to_thread(self._produce, feed, asyncio.get_running_loop(), exclude)
+        exclude = KeySet(np.union1d(done, failed))
+        return Planner(
+            self.recipe, renderer, self.target, shard=self.options.shard, exclude=exclude, index=index
         )
+
+    async def _dispatch(
+        self, planner: Planner, dispatcher: Dispatcher, pool: EndpointPool | None, hub_revision: str | None
+    ) -> None:
+        capacity = pool.capacity if pool is not None else 1
+        feed = JobFeed(self.stop, maxsize=max(4 * _CHUNK, 2 * capacity))
+        self.display.start(self.recipe.name)
+        workers = [asyncio.create_task(dispatcher.work(feed)) for _ in range(capacity)]
+        ticker = asyncio.create_task(self._tick(pool))
+        loop = asyncio.get_running_loop()
+        producer = asyncio.create_task(asyncio.to_thread(self._produce, planner, feed, loop, hub_revision))
         try:
-            await _gather_or_fail([producer, *workers])
-            self._check_every_job_has_an_outcome()
-            self.journal.flush()  # every row on disk before the marker says the shard is done
-            mark_complete(self.journal_dir, self.options.shard, self._counts())
+            await gather_or_fail([producer, *workers])
+            self._check_every_row_has_an_outcome()
         except BaseException:
-            self._stop.set()
-            await self._abort(list(self.in_flight.items()))
+            self.stop.set()
+            await dispatcher.abort(list(dispatcher.in_flight.items()))
             raise
         finally:
-            await self._cancel([*workers, ticker])
-            await asyncio.gather(*self._tasks, return_exceptions=True)  # aborts after timeouts (<= 2 s)
-            await self.pool.close()
-            self.display.update(self.stats, self.pool.endpoints)
+            await _cancel([*workers, ticker], self.stop)
+            await dispatcher.settle()  # aborts after timeouts (<= 2 s)
+            self.display.update(self.stats, pool.endpoints if pool else [])
             self.display.stop()
 
-    def _counts(self) -> dict[str, Any]:
-        s = self.stats
-        return {
-            "planned": s.planned,
-            "rows": s.rows,
-            "failed": s.failed,
-            "skipped": s.skipped,
-            "replayed": s.replayed,
-        }
-
-    def _check_every_job_has_an_outcome(self) -> None:
-        outcomes = self.stats.rows + self.stats.failed + self.stats.skipped
-        if outcomes != self.stats.planned:
-            raise FatalError(
-                f"internal error: {self.stats.planned} rows were planned but {outcomes} have an outcome; "
-                f"every finished row is in the journal {self.journal_dir}; run again to resume"
-            )
-
-    def _make_pool(self, identities: Sequence[sglang.ServerIdentity], down: Sequence[str]) -> EndpointPool:
-        by_url = {identity.url: identity for identity in identities}
-        endpoints = [
-            Endpoint(url, self._in_flight_limit(by_url.get(url), identities), healthy=url not in down)
-            for url in self.urls
-        ]
-        pool = EndpointPool(endpoints, self._readmit, wait_for_server=self.recipe.server.wait_for_server)
-        for endpoint in endpoints:
-            if not endpoint.healthy:
-                pool.start_probe(endpoint)
-        return pool
-
-    def _in_flight_limit(
-        self, identity: sglang.ServerIdentity | None, identities: Sequence[sglang.ServerIdentity]
-    ) -> int:
-        """The recipe's limit, else one from the endpoint's own ``max_running_requests`` (an endpoint
-        that was down at the start gets the largest of the others)."""
-        return self.recipe.server.max_in_flight or _default_in_flight([identity] if identity else identities)
-
-    async def _readmit(self, url: str) -> bool:
-        """Whether an endpoint that was out may take requests: it answers ``/health`` and is the same
-        server as the run's (model, weight and SGLang version, tokenizer), checked every time."""
-        timeout = self.recipe.server.connect_timeout
-        if not await sglang.health(self.session, url, timeout):
-            return False
-        try:
-            identity = await sglang.server_identity(self.session, url, timeout)
-            _check_same_model([self.identity, identity])
-            _check_preferred_sampling(identity, self.recipe.sampling.request_params())
-            await self._check_tokenizer(identity)
-        except (ServerUnreachable, ServerMismatch, RetryableError, RowError) as exc:
-            log.warning("endpoint %s answers /health but stays out: %s", url, exc)
-            return False
-        return True
-
-    def _produce(self, feed: _JobFeed, loop: asyncio.AbstractEventLoop, exclude: set[Any]) -> None:
-        """Producer thread: plan jobs in canonical order and hand them to the loop in chunks."""
+    def _produce(
+        self, planner: Planner, feed: JobFeed, loop: asyncio.AbstractEventLoop, hub_revision: str | None
+    ) -> None:
+        """Producer thread: plan rows in canonical order and hand them to the loop in chunks."""
         from eagle3_raw.prompts import iter_conversations
 
-        jobs = plan_jobs(
-            iter_conversations(self.recipe), self.renderer, self.recipe,
-            shard=self.options.shard, exclude=exclude, limits=self.limits,
-        )  # fmt: skip
-        chunk, counting = [], False
-        for item in jobs:
+        chunk: list[Any] = []
+        counting = False
+        for item in planner.plan(iter_conversations(self.recipe, hub_revision=hub_revision)):
             chunk.append(item)
             self.stats.note_planned(item.key.index)
             if len(chunk) >= _CHUNK or feed.hungry.is_set():
@@ -430,109 +342,116 @@ class _Run:
         except Exception as exc:  # only the estimate depends on it; the planner reports real errors
             log.debug("cannot count the prompt source: %s", exc)
 
-    async def _worker(self, feed: _JobFeed) -> None:
-        while (item := await feed.next()) is not None:
-            if isinstance(item, Skip):
-                self._record_skip(item)
-            else:
-                await self._process(item)
-
-    def _record_skip(self, skip: Skip) -> None:
-        self.journal.record_failure(skip.key, skip.row_id, skip.kind, skip.reason)
-        if skip.kind == "failed":
-            self.stats.failed += 1
-        else:
-            self.stats.skipped += 1
-
-    async def _process(self, job: Job) -> None:
-        last: RetryableError | None = None
-        for attempt in range(self.recipe.server.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(_backoff(attempt))
-            try:
-                return self._journal_row(job, await self._attempt(job, attempt), attempt + 1)
-            except RetryableError as exc:
-                if self._stop.is_set():
-                    return  # stopping: aborted on purpose, not a failure of this row
-                last = exc
-                log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
-            except RowError as exc:
-                exc.row_id = job.row_id
-                return self._record_skip(Skip.from_error(job.key, exc))
-        attempts = self.recipe.server.max_retries + 1
-        reason = f"{attempts} attempt{'s' if attempts > 1 else ''} failed; last: {last}"
-        self._record_skip(Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id)))
-
-    async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
-        endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
-        # Remembered before the reply: siblings sent meanwhile follow, so the prefix cache hits.
-        self._remember_endpoint(job.key.index, endpoint)
-        rid = f"{job.row_id}#{attempt}-{self._rid_prefix}{next(self._rid_counter):x}"
-        self.in_flight[rid] = endpoint.url
-        try:
-            generation = await sglang.generate(
-                self.session, endpoint.url, rid=rid, input_ids=job.prompt_ids,
-                sampling_params=job.sampling_params, vocab_size=self.vocab_size,
-                timeout=self.recipe.server.request_timeout,
-            )  # fmt: skip
-        except BaseException as exc:
-            fault = isinstance(exc, _ENDPOINT_FAULTS) and not self._stop.is_set()  # not our own aborts
-            await self.pool.release(endpoint, ok=False, endpoint_fault=fault)
-            if self.affinity.get(job.key.index) is endpoint:
-                del self.affinity[job.key.index]  # a retry goes to the least loaded endpoint
-            if isinstance(exc, RequestTimeout):
-                self._background(sglang.abort(self.session, endpoint.url, rid))
-            raise
-        finally:
-            self.in_flight.pop(rid, None)
-        await self.pool.release(endpoint, ok=True)
-        return generation
-
-    def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _remember_endpoint(self, index: int, endpoint: Endpoint) -> None:
-        self.affinity[index] = endpoint
-        if len(self.affinity) > 4 * self.pool.capacity + 1024:
-            for stale in list(self.affinity)[: len(self.affinity) // 2]:
-                del self.affinity[stale]
-
-    def _journal_row(self, job: Job, generation: sglang.Generation, attempts: int) -> None:
-        meta = {
-            **generation.meta,
-            "max_new_tokens": job.sampling_params["max_new_tokens"],
-            "attempts": attempts,
-        }
-        row = Row(job.key, job.source_id, job.prompt_ids, generation.output_ids,
-                  generation.finish_reason, job.sampling_seed, meta)  # fmt: skip
-        self.journal.append(row)
-        self.stats.rows += 1
-        self.stats.generated_tokens += len(generation.output_ids)
-
-    async def _tick(self) -> None:
+    async def _tick(self, pool: EndpointPool | None) -> None:
         while True:
             await asyncio.sleep(0.25)
-            self.display.update(self.stats, self.pool.endpoints)
+            self.display.update(self.stats, pool.endpoints if pool else [])
 
-    async def _cancel(self, tasks: Sequence[asyncio.Task[None]]) -> None:
-        self._stop.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def _counts(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "keys": s.replayed + (s.planned or 0),
+            "planned": s.planned,
+            "rows": s.rows,
+            "reused": s.reused,
+            "failed": s.failed,
+            "skipped": s.skipped,
+            "replayed": s.replayed,
+        }
 
-    async def _abort(self, pending: Sequence[tuple[str, str]]) -> None:
-        """Tell the servers to stop what we will not wait for (Ctrl-C, fatal error), while the
-        requests' connections are still open: SGLang drops an abort for a rid it no longer has."""
-        if pending:
-            log.warning("aborting %d in-flight requests on the server(s)", len(pending))
-            await asyncio.gather(*(sglang.abort(self.session, url, rid) for rid, url in pending))
-            await asyncio.sleep(0.2)  # let the aborted responses arrive before the workers go
+    def _check_every_row_has_an_outcome(self) -> None:
+        s = self.stats
+        outcomes = s.rows + s.reused + s.failed + s.skipped
+        if outcomes != s.planned:
+            raise FatalError(
+                f"internal error: {s.planned} rows were planned but {outcomes} have an outcome; "
+                f"every finished row is in the journal {self.directory}; run again to resume"
+            )
 
-    def _summary(self) -> Summary:
-        return summarize(self.journal, self.recipe, self.stats)
+
+def _already_stopping() -> None:
+    log.warning("already stopping: aborting in-flight requests and flushing the journal")
+
+
+async def _cancel(tasks: Sequence[asyncio.Task[Any]], stop: threading.Event) -> None:
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _make_pool(
+    recipe: Recipe, identities: Sequence[sglang.ServerIdentity], down: Sequence[str], checks: ServerChecks,
+    urls: Sequence[str],
+) -> EndpointPool:  # fmt: skip
+    by_url = {identity.url: identity for identity in identities}
+    limits = [
+        recipe.server.max_in_flight or _default_in_flight([by_url[u]] if u in by_url else identities)
+        for u in urls
+    ]
+    limits = _within_descriptors(limits)
+    endpoints = [
+        Endpoint(url, limit, healthy=url not in down) for url, limit in zip(urls, limits, strict=True)
+    ]
+    pool = EndpointPool(endpoints, checks.readmit, wait_for_server=recipe.server.wait_for_server)
+    for endpoint in endpoints:
+        if not endpoint.healthy:
+            pool.start_probe(endpoint)
+    return pool
+
+
+def _within_descriptors(limits: list[int]) -> list[int]:
+    """``limits`` scaled down so every in-flight request has a file descriptor (one socket each),
+    after raising the soft open-file limit to the hard one."""
+    budget = open_file_budget()
+    if sum(limits) <= budget:
+        return limits
+    scaled = [max(1, limit * budget // sum(limits)) for limit in limits]
+    log.warning(
+        "%d requests in flight need as many open files; the open-file limit (ulimit -n) leaves %d: "
+        "keeping %d in flight", sum(limits), budget, sum(scaled),
+    )  # fmt: skip
+    return scaled
+
+
+def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
+    """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
+    running = [i.max_running_requests for i in identities if i.max_running_requests]
+    return min(int(max(running) * 1.25) + 8, MAX_DEFAULT_IN_FLIGHT) if running else DEFAULT_IN_FLIGHT
+
+
+def fresh_manifest(recipe: Recipe, target: Target) -> dict[str, Any]:
+    """The manifest of ``recipe``'s set before it has rows."""
+    from eagle3_raw.journal.manifest import new_manifest
+
+    return new_manifest(
+        config_id=set_config_id(recipe, target), name=recipe.name, fingerprint=recipe.fingerprint,
+        code=code_digest(), recipe=scrub(recipe.to_dict()), target=target.to_dict(),
+    )  # fmt: skip
+
+
+def server_facts(identity: sglang.ServerIdentity, renderer: Renderer) -> dict[str, Any]:
+    """What the manifest and the card keep about the server and the tokenizer."""
+    tokenizer = renderer.identity()
+    return {
+        **identity.comparable(),
+        "tokenizer_path": str(identity.model_info.get("tokenizer_path") or ""),
+        "tokenizer_hash": f"{tokenizer['tokenizer_sha256']}:{tokenizer['chat_template_sha256']}",
+        "tokenizer": tokenizer,
+        "model_info": dict(identity.model_info),
+        "server_info": dict(identity.server_info),
+    }
+
+
+def _moved_source(recipe: Recipe, recorded: str, now: str) -> str:
+    p = recipe.prompts
+    return (
+        f"the prompt source {p.source}{f'@{p.revision}' if p.revision else ''} moved since this set was "
+        f"started: it was at commit {recorded}, it is at {now} now. Rows from two versions of a source "
+        f"would make one inconsistent set. Pin prompts.revision: {recorded} to finish the set as it was "
+        f"started, or prompts.revision: {now} to build the new version (rows whose requests are "
+        "unchanged are reused, not generated again)"
+    )
 
 
 def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
@@ -556,143 +475,24 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
         wall_time=stats.elapsed,
         run_generated_tokens=stats.generated_tokens,
         run_rows=stats.rows,
+        run_reused=stats.reused,
         journal=str(journal.directory),
     )
 
 
-def assemble(recipe: Recipe, options: RunOptions) -> RunResult:
-    """Send nothing: the result of what the journal holds (for ``eagle3-raw merge``)."""
-    from eagle3_raw.journal import Journal
+def assemble(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
+    """Send nothing: the result of what the set's journal holds (a whole set, or with
+    ``options.partial`` whatever the shards finished)."""
+    from eagle3_raw.journal import Journal, set_dir
 
-    directory = journal_dir_for(recipe, options.journal_dir)
-    with Journal.read(directory, fingerprint=recipe.fingerprint) as journal:
-        return RunResult(directory, summarize(journal, recipe, RunStats()))
-
-
-class _JobFeed:
-    """Planned items from the producer thread to the workers, in canonical order, with backpressure.
-
-    The producer hands over chunks (one cross-thread call per chunk); the loop side queues their
-    items one by one, so every idle worker wakes for the next item, and at most ``maxsize`` items
-    wait (the producer blocks beyond that).
-    """
-
-    def __init__(self, stop: threading.Event, *, maxsize: int) -> None:
-        self._queue: asyncio.Queue[Job | Skip | None] = asyncio.Queue(maxsize)
-        self._stop = stop
-        self.hungry = threading.Event()
-
-    def put_threadsafe(self, chunk: list[Job | Skip] | None, loop: asyncio.AbstractEventLoop) -> bool:
-        """Called from the producer thread; blocks while the queue is full. False once the run stops.
-
-        ``None`` marks the end of the plan.
-        """
-        future = asyncio.run_coroutine_threadsafe(self._put_all([None] if chunk is None else chunk), loop)
-        while not self._stop.is_set():
-            try:
-                future.result(timeout=0.2)
-                self.hungry.clear()
-                return True
-            except TimeoutError:
-                continue
-        future.cancel()
-        return False
-
-    async def _put_all(self, items: Sequence[Job | Skip | None]) -> None:
-        for item in items:
-            await self._queue.put(item)
-
-    async def next(self) -> Job | Skip | None:
-        """The next item in canonical order, or None when the plan is exhausted."""
-        if self._queue.empty():
-            self.hungry.set()
-        item = await self._queue.get()
-        if item is None:
-            self._queue.put_nowait(None)  # room: we just took it; the next worker sees the end too
-        return item
-
-
-async def _gather_or_fail(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Wait for every task; the first exception cancels the rest and is raised."""
-    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    for task in done:
-        if task.exception() is not None:
-            for other in pending:
-                other.cancel()
-            raise task.exception()  # type: ignore[misc]
-
-
-def _untestable_tokenizer(url: str, exc: Exception) -> str:
-    return (
-        f"cannot check that {url} tokenizes like the recipe's tokenizer: /tokenize failed ({exc}); "
-        "without that check every row could be tokenized for another model. Fix the server and run again"
-    )
-
-
-def _backoff(attempt: int) -> float:
-    return float(min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
-
-
-def _limits(identities: Sequence[sglang.ServerIdentity]) -> Limits:
-    inputs = [i.input_limit for i in identities if i.input_limit is not None]
-    contexts = [i.token_budget for i in identities if i.token_budget is not None]
-    return Limits(min(inputs, default=None), min(contexts, default=None))
-
-
-def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
-    """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
-    running = [i.max_running_requests for i in identities if i.max_running_requests]
-    return min(int(max(running) * 1.25) + 8, MAX_DEFAULT_IN_FLIGHT) if running else DEFAULT_IN_FLIGHT
-
-
-def _check_preferred_sampling(identity: sglang.ServerIdentity, sent: Mapping[str, Any]) -> None:
-    """ServerMismatch if the server's ``--preferred-sampling-params`` would fill in keys our requests
-    leave out: the rows would change without the recipe (or its fingerprint) changing."""
-    preferred = identity.preferred_sampling_params
-    taken = sorted(k for k in preferred if k not in sent and k not in _HARMLESS_PREFERRED)
-    if not taken:
-        return
-    settable = [f"sampling.{k}" for k in taken if k not in MANAGED_SAMPLING_KEYS]
-    advice = f"set {', '.join(settable)} in the recipe, or restart" if settable else "restart"
-    given = ", ".join(f"{k}={preferred[k]!r}" for k in taken)
-    raise ServerMismatch(
-        f"{identity.url} was started with --preferred-sampling-params that SGLang applies to every "
-        f"request leaving them out ({given}); the rows would change without the recipe changing: "
-        f"{advice} the server without them"
-    )
-
-
-def _check_same_model(identities: Sequence[sglang.ServerIdentity]) -> None:
-    first = identities[0]
-    for other in identities[1:]:
-        if other.comparable() != first.comparable():
-            raise ServerMismatch(
-                f"endpoints serve different models: {first.url} {first.comparable()} vs "
-                f"{other.url} {other.comparable()}"
-            )
-
-
-def tokenizer_probe(renderer: Renderer, samples: int = 4096) -> str:
-    """A text that exercises the tokenizer: special tokens, common words, code, digits, non-ASCII,
-    and the decoded text of ``samples`` ids spread over the whole vocabulary."""
-    tokenizer = renderer.tokenizer
-    specials = "".join(tokenizer.all_special_tokens[:8])
-    step = max(1, renderer.vocab_size // samples)
-    spread = tokenizer.decode(list(range(0, renderer.vocab_size, step)), skip_special_tokens=True)
-    return (
-        f"{specials}Hello, world! The quick brown fox jumps over 13 lazy dogs; the cat and the dog "
-        "sat in a box for it was on the mat, as is that with this.\n"
-        "def f(x):\n    return x ** 2  # naïve café, 東京, emoji 🙂\n"
-        f'{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}\n{spread}'
-    )
-
-
-def _tokenizer_mismatch(url: str, name: str, ours: Sequence[int], theirs: Sequence[int]) -> str:
-    first = next(
-        (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs))
-    )
-    return (
-        f"the server at {url} tokenizes differently from model.tokenizer={name!r}: first difference at "
-        f"token {first} (ours {list(ours[first : first + 5])}, server {list(theirs[first : first + 5])}). "
-        "The rows would not be the model's own tokens; point the recipe at the tokenizer the server runs."
-    )
+    config_id = set_config_id(recipe, target)
+    directory = set_dir(options.root, config_id)
+    partial = None
+    try:
+        check_whole(directory)
+    except FatalError:
+        if not options.partial or not (directory / "manifest.json").exists():
+            raise
+        partial = missing(directory)
+    with Journal.read(options.root, config_id) as journal:
+        return RunResult(directory, summarize(journal, recipe, RunStats()), config_id, target, partial)

@@ -303,6 +303,13 @@ async def server_identity(session: aiohttp.ClientSession, url: str, timeout: flo
     model_info = await _first_json(session, url, ("/model_info", "/get_model_info"), timeout)
     server_info = await _first_json(session, url, ("/server_info", "/get_server_info"), timeout)
     max_model_len = await _max_model_len(session, url, timeout)
+    return identity_from(url, model_info, server_info, max_model_len)
+
+
+def identity_from(
+    url: str, model_info: Mapping[str, Any], server_info: Mapping[str, Any], max_model_len: int | None
+) -> ServerIdentity:
+    """The :class:`ServerIdentity` of what a server answered on its three info routes."""
     return ServerIdentity(
         url=url,
         model_path=str(model_info.get("model_path") or server_info.get("model_path") or ""),

@@ -1,60 +1,104 @@
-"""Scale-out past one client: shard completion markers and the check before a merge.
+"""Scale-out past one client: shard completion markers, and when a set is whole.
 
-``eagle3-raw build RECIPE --shard i/N`` on N machines fills N shard files of one journal (a shared
-folder, or folders copied together afterwards). Each shard that has an outcome for every row it
-planned writes ``complete-<i>-of-<N>.json``; ``eagle3-raw merge`` assembles the dataset once all N
-markers are there. The dataset is the same as a single-process build: the journal is read in
-canonical order and deduplicated by row key, whatever shard wrote a row.
+``eagle3-raw build RECIPE --shard i/N`` on N machines fills one set journal (a shared folder, or
+folders copied together afterwards: every file name carries its host). Each shard that has an
+outcome for every row it planned writes ``complete-<i>-of-<N>.json`` with how many row keys it
+covered; the set is whole once all N markers are there and every key they count is readable
+(:func:`check_whole`). The assembled set is the same as a single-process build: outcomes are read
+in key order and deduplicated, whatever shard wrote them.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eagle3_raw.errors import FatalError
-from eagle3_raw.journal.files import replace_durably
+from eagle3_raw.errors import FatalError, JournalError
+from eagle3_raw.journal.files import read_bytes, replace_durably
 from eagle3_raw.plan import Shard
+
+if TYPE_CHECKING:
+    from eagle3_raw.journal.sets import Entries
 
 _MARKER = re.compile(r"^complete-(\d+)-of-(\d+)\.json$")
 
 
-def mark_complete(journal_dir: Path, shard: Shard, counts: dict[str, Any]) -> Path:
-    """Record that ``shard`` has an outcome for every row it planned (written atomically and
-    durably: the caller has flushed the rows first)."""
-    path = journal_dir / f"complete-{shard.name}.json"
-    replace_durably(path, orjson.dumps({**counts, "shard": shard.name, "time": time.time()}))
+def mark_complete(set_dir: Path, shard: Shard, counts: dict[str, Any]) -> Path:
+    """Record that ``shard`` has an outcome for every row it planned (``counts["keys"]`` of them),
+    atomically and durably: the caller has flushed the outcomes first."""
+    path = set_dir / f"complete-{shard.name}.json"
+    replace_durably(path, orjson.dumps({**counts, "shard": shard.name}))
     return path
 
 
-def completed(journal_dir: Path) -> dict[int, set[int]]:
-    """Completed shard indexes, by shard count N."""
-    done: dict[int, set[int]] = {}
-    for path in journal_dir.glob("complete-*-of-*.json"):
+def completed(set_dir: Path) -> dict[int, dict[int, dict[str, Any]]]:
+    """The markers found, by shard count N then shard index."""
+    done: dict[int, dict[int, dict[str, Any]]] = {}
+    for path in set_dir.glob("complete-*-of-*.json"):
         match = _MARKER.match(path.name)
         if match:
-            done.setdefault(int(match[2]), set()).add(int(match[1]))
+            try:
+                marker = orjson.loads(read_bytes(path))
+            except (OSError, orjson.JSONDecodeError):
+                continue  # a marker that cannot be read does not count
+            done.setdefault(int(match[2]), {})[int(match[1])] = marker if isinstance(marker, dict) else {}
     return done
 
 
-def check_merge_ready(journal_dir: Path) -> int:
-    """The shard count N if every shard 0..N-1 is complete; otherwise FatalError saying what is missing."""
-    if not (journal_dir / "manifest.json").exists():
+def whole_count(set_dir: Path) -> int | None:
+    """The shard count N whose N markers are all there (the smallest such N), or None."""
+    for count, markers in sorted(completed(set_dir).items()):
+        if set(markers) == set(range(count)):
+            return count
+    return None
+
+
+def missing(set_dir: Path) -> str:
+    """What keeps the set from being whole, for messages (``of 4: missing [1, 3]``)."""
+    done = completed(set_dir)
+    parts = [f"of {n}: missing {sorted(set(range(n)) - set(m))}" for n, m in sorted(done.items())]
+    return "; ".join(parts) or "no shard has finished"
+
+
+def check_whole(set_dir: Path, entries: Entries | None = None) -> int:
+    """The shard count N if the set is whole; FatalError saying what is missing otherwise.
+
+    Whole: every shard 0..N-1 has its marker, and for each the outcomes readable now cover at least
+    the row keys its marker counts (a shard whose files were not copied, or not all of them, is
+    caught here rather than merged short).
+    """
+    if not (set_dir / "manifest.json").exists():
         raise FatalError(
-            f"no journal at {journal_dir}: build the shards first (eagle3-raw build --shard i/N), "
+            f"no set journal at {set_dir}: build the shards first (eagle3-raw build --shard i/N), "
             "or pass the --journal-dir (and --set options) the shards were built with"
         )
-    done = completed(journal_dir)
-    for count, indexes in sorted(done.items()):
-        if indexes == set(range(count)):
-            return count
-    missing = {count: sorted(set(range(count)) - indexes) for count, indexes in done.items()}
-    detail = "; ".join(f"of {n}: missing {m}" for n, m in missing.items()) or "no shard has finished"
-    raise FatalError(
-        f"the journal {journal_dir} is not complete ({detail}); finish the missing shards, "
-        "or merge anyway with --force"
-    )
+    count = whole_count(set_dir)
+    if count is None:
+        raise FatalError(
+            f"the journal {set_dir} is not complete ({missing(set_dir)}); finish the missing shards, "
+            "or merge anyway with --force (the set is then marked partial)"
+        )
+    _check_counts(set_dir, count, entries)
+    return count
+
+
+def _check_counts(set_dir: Path, count: int, entries: Entries | None) -> None:
+    import numpy as np
+
+    from eagle3_raw.journal.sets import SetJournal
+
+    entries = entries or SetJournal.read(set_dir).entries()
+    keys = np.unique(entries.packed)
+    indexes = keys >> 24
+    for shard, marker in completed(set_dir)[count].items():
+        expected = int(marker.get("keys", 0))
+        readable = int(np.count_nonzero(indexes % count == shard))
+        if readable < expected:
+            raise JournalError(
+                f"shard {shard}/{count} of {set_dir} finished with {expected} rows, but only {readable} "
+                "can be read here: were all of its files (out-*, and generations/) copied? Missing rows "
+                "are generated again by a build of the recipe"
+            )

@@ -1,9 +1,9 @@
 """``recipes/<name>.manifest.json``: what a published set is, where it came from, what it holds.
 
-Built from the set as pushed (rows, tokens, lengths), the journal (server identity, skips and
-failures, server changes) and the installed versions. Server facts pass through
-:func:`~eagle3_raw.redact.scrub`. It has no timestamp of the push, so pushing the same set twice
-uploads the same manifest.
+Built from the set as pushed (rows, tokens, lengths), the journal (target, server identity, skips
+and failures, a Hub source's commit, whether the set is partial) and the installed versions.
+Server facts pass through :func:`~eagle3_raw.redact.scrub`. It has no timestamp of the push, so
+pushing the same set twice uploads the same manifest.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ _log = logging.getLogger("eagle3_raw")
 
 
 def build_manifest(
-    recipe: Recipe, published: PublishedRecipe, scan: SetScan, journal_dir: Path
-) -> dict[str, Any]:
+    recipe: Recipe, published: PublishedRecipe, scan: SetScan, journal_dir: Path, *,
+    partial: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """``recipes/<name>.manifest.json``: identity, server, tokenizer, versions, counts, lengths.
 
     Counts of rows and tokens come from the set as pushed; skips and failures (and rows dropped for
@@ -39,7 +40,10 @@ def build_manifest(
         "format": MANIFEST_FORMAT,
         "name": recipe.name,
         "fingerprint": recipe.fingerprint,
-        "config_id": recipe.config_id,
+        "config_id": journal_dir.name + ("-partial" if partial else ""),
+        "partial": partial,
+        "target": (journal_manifest or {}).get("target"),
+        "source": (journal_manifest or {}).get("source"),
         "recipe_file": published.path,
         "prompt_source": published.prompt_source,
         "prompt_files": sorted(p for p in published.files if "/prompts/" in p),
@@ -58,7 +62,7 @@ def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | 
     from eagle3_raw.journal import Journal
 
     try:
-        with Journal.read(journal_dir, fingerprint=recipe.fingerprint) as journal:
+        with Journal.read(journal_dir.parent.parent, journal_dir.name) as journal:
             return dict(journal.manifest), journal.stats()
     except JournalError as exc:
         _log.warning(
@@ -108,8 +112,7 @@ def _reasons(counts: Mapping[str, int]) -> dict[str, int]:
 def _journal_history(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
     if manifest is None:
         return {"available": False}
-    history = manifest.get("history") or []
-    return {"available": True, "created": manifest.get("created"), "server_changes": len(history)}
+    return {"available": True, "created": manifest.get("created"), "code": manifest.get("code")}
 
 
 def _versions() -> dict[str, str]:

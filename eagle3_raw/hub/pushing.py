@@ -83,19 +83,24 @@ def push(
     overrides: Mapping[str, Any] | Sequence[str] | None = None,
     cache_dir: Path | None = None,
     run_options: Mapping[str, Any] | None = None,
+    partial: bool = False,
 ) -> PushResult:
     """Build (or reuse) ``recipe``'s set and publish it as config ``recipe.name`` of ``repo_id``.
 
     See :mod:`eagle3_raw.hub` for the steps and their order. ``revision`` is a branch (created from
-    ``main`` if missing); ``tag`` must not exist yet. Raises HubError (credentials, permissions,
-    existing tag, Hub failures) and the build's own errors.
+    ``main`` if missing); ``tag`` must not exist yet. A set is published whole: missing rows are
+    generated first. With ``partial``, nothing is generated: the set is what the journal holds, and
+    if some shard has not finished it is published marked partial (manifest and card say what is
+    missing). Raises HubError (credentials, permissions, existing tag, Hub failures) and the build's
+    own errors.
     """
     token = resolve_token(token)
     loaded = load_recipe(recipe, overrides)
     check_repo_id(repo_id)
     api = hub_api(token)
     prepare_repo(api, repo_id, private=private, revision=revision, tag=tag)
-    built = build(loaded, cache_dir=cache_dir, run_options=run_options)
+    options = {**(run_options or {}), **({"generate": False, "partial": True} if partial else {})}
+    built = build(loaded, cache_dir=cache_dir, run_options=options)
     return publish(api, loaded, built, repo_id, token=token, tag=tag, revision=revision, private=private)
 
 
@@ -145,7 +150,10 @@ def publish(
     """Steps 4-7 of :func:`push` for a set already built (see :mod:`eagle3_raw.hub`)."""
     published = publish_recipe(recipe)
     scan = scan_set(built.dataset)
-    manifest = build_manifest(recipe, published, scan, built.journal_dir)
+    missing = built.run_result.partial if built.run_result is not None else None
+    if built.partial and missing is None:
+        missing = "some shards had not finished"
+    manifest = build_manifest(recipe, published, scan, built.journal_dir, partial=missing)
     payloads = _recipe_payloads(published, manifest, scan)
     check_no_secrets(payloads, upload_secrets(token, recipe))
     example = _example(recipe, built.dataset)  # before any upload: no half-published config

@@ -1,6 +1,10 @@
-"""File primitives of the journal: OSError to JournalError, appending, fsync points, cuts, shard locks.
+"""File primitives of the journal: OSError to JournalError, private folders, appending without
+following links, fsync points, cuts, locks, and names unique per host and process.
 
 Every OSError that reaches a caller is a JournalError naming the path and the error (:func:`guard`).
+Folders are created 0700 and refused when another user owns them or others may write them; files
+are created 0600 and opened with ``O_NOFOLLOW``, so another local user cannot plant a link that
+makes a build write through it.
 """
 
 from __future__ import annotations
@@ -10,13 +14,20 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from eagle3_raw.errors import JournalError
 
 _log = logging.getLogger("eagle3_raw.journal")
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @contextlib.contextmanager
@@ -25,6 +36,10 @@ def guard(action: str, path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise JournalError(
+                f"cannot {action} {path}: it is a symbolic link, which a journal never follows"
+            ) from exc
         raise JournalError(f"cannot {action} {path}: {describe(exc)}") from exc
 
 
@@ -34,22 +49,64 @@ def describe(exc: OSError) -> str:
     return f"{exc.strerror} ({name})" if name and exc.strerror else str(exc)
 
 
-def make_dir(directory: Path) -> None:
-    """Create the journal directory (and its parents) if missing, durably."""
+def host_name() -> str:
+    """This machine's name as it goes into file names (letters, digits, ``.``, ``_``, ``-``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
+
+
+def make_private_dir(directory: Path) -> None:
+    """Create ``directory`` (0700, with its missing parents) durably, or check an existing one.
+
+    JournalError when it exists but is not a real folder, belongs to another user, or others may
+    write it: another user could then plant files a build would take as its own.
+    """
     with guard("create the journal directory", directory):
-        if directory.is_dir():
-            return
-        missing = [d for d in (directory, *directory.parents) if not d.exists()]
-        directory.mkdir(parents=True, exist_ok=True)
-        for created in missing:  # deepest first: each new directory's entry in its parent
-            fsync_dir(created.parent)  # fsync point
+        if not os.path.lexists(directory):
+            missing = [d for d in (directory, *directory.parents) if not d.exists()]
+            directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            for created in missing:  # deepest first: each new directory's entry in its parent
+                fsync_dir(created.parent)  # fsync point
+        check_private_dir(directory)
+
+
+def check_private_dir(directory: Path) -> None:
+    """JournalError unless ``directory`` is a folder (not a link) of this user that only it may write."""
+    with guard("inspect", directory):
+        info = os.lstat(directory)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise JournalError(f"{directory} is not a folder (a link or a file): refusing to use it as a journal")
+    if info.st_uid != os.geteuid():
+        raise JournalError(
+            f"{directory} belongs to another user (uid {info.st_uid}): refusing to use it as a journal; "
+            "choose a journal folder of your own (--journal-dir or $EAGLE3_RAW_JOURNAL_DIR)"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise JournalError(
+            f"{directory} may be written by other users (mode {stat.S_IMODE(info.st_mode):o}): refusing "
+            f"to use it as a journal; run chmod go-w {directory} if you trust them"
+        )
 
 
 def fsync_dir(directory: Path) -> None:
     """fsync ``directory`` itself: makes entries created or renamed in it durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_read(path: Path) -> int:
+    """A read-only descriptor of ``path``, never through a symbolic link. Raises OSError."""
+    return os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+
+
+def read_bytes(path: Path, start: int = 0, size: int = -1) -> bytes:
+    """The bytes of ``path`` from ``start`` (all, or ``size``), without following a link. Raises OSError."""
+    fd = open_read(path)
+    try:
+        length = os.fstat(fd).st_size - start if size < 0 else size
+        return os.pread(fd, max(0, length), start) if length > 0 else b""
     finally:
         os.close(fd)
 
@@ -62,9 +119,10 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def open_append(path: Path) -> int:
-    """A descriptor appending to ``path``, created (durably) if missing. Raises OSError."""
-    created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    """A descriptor appending to ``path``, created 0600 (durably) if missing, never through a
+    symbolic link. Raises OSError."""
+    created = not os.path.lexists(path)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC, FILE_MODE)
     if created:
         try:
             fsync_dir(path.parent)  # fsync point: the new file's directory entry
@@ -78,6 +136,8 @@ def cut(fd: int, path: Path, end: int, reason: str) -> None:
     """Truncate the file open as ``fd`` to its first ``end`` valid bytes, logging what is cut."""
     with guard("repair", path):
         size = os.fstat(fd).st_size
+        if size <= end:
+            return
         _log.warning(
             "journal file %s: cutting a torn tail (%s) of %d bytes at offset %d",
             path,
@@ -89,45 +149,81 @@ def cut(fd: int, path: Path, end: int, reason: str) -> None:
         os.fsync(fd)  # fsync point: the cut is durable before new records follow it
 
 
-def take_lock(path: Path, directory: Path, shard: str) -> int:
-    """Lock ``path`` (the shard's lock file) for this process and write who holds it in it.
-
-    Returns the descriptor, whose closing releases the lock. JournalError, naming the holder, if
-    another process (or another handle in this one) holds it.
-    """
+def try_lock(path: Path) -> int | None:
+    """An exclusive lock on ``path`` (created 0600) for this process: its descriptor (closing it
+    releases the lock), or None when another process (or handle) holds it."""
     with guard("open the lock file", path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        _lock_or_refuse(fd, path, directory, shard)
-        with guard("write the lock file", path):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _lock_or_refuse(fd: int, path: Path, directory: Path, shard: str) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-        raise JournalError(
-            f"another build is writing shard {shard} of the journal {directory} ({path} is locked by "
-            f"{holder}); wait for it to finish or stop it, or run this one with another --shard"
-        ) from None
+        os.close(fd)
+        return None
     except OSError as exc:
+        os.close(fd)
         raise JournalError(f"cannot lock {path}: {describe(exc)}") from exc
+    with guard("write the lock file", path):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd
+
+
+def lock_holder(path: Path) -> str:
+    """Who holds the lock ``path`` (what :func:`try_lock` wrote in it), for messages."""
+    try:
+        return read_bytes(path, 0, 200).decode(errors="replace").strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold a blocking flock on ``path`` (created 0600) for the block."""
+    with guard("open the lock file", path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, FILE_MODE)
+    try:
+        with guard("lock", path):
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def temporary_name(path: Path) -> Path:
+    """A temporary sibling of ``path`` unique to this host and process (shared folders: another
+    host's temporary files are never touched)."""
+    return path.with_name(f".{path.name}.{host_name()}.{os.getpid()}.tmp")
+
+
+def remove_own_temporaries(directory: Path) -> None:
+    """Remove temporary files this host left in ``directory`` from processes that are gone."""
+    prefix = f".{host_name()}."
+    for stale in directory.glob(".*.tmp"):
+        head, _, pid = stale.name[: -len(".tmp")].rpartition(".")
+        if not head.endswith(prefix[:-1]) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def replace_durably(path: Path, data: bytes, action: str = "write") -> None:
     """Publish ``data`` at ``path`` atomically and durably: a temporary file written and fsynced,
     renamed over ``path``, then the directory fsynced; the temporary file is removed on failure."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = temporary_name(path)
     with guard(action, path):
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _CLOEXEC
+            fd = os.open(temporary, flags, FILE_MODE)
             try:
                 write_all(fd, data)
                 os.fsync(fd)  # fsync point: the content is durable before a rename publishes it

@@ -1,17 +1,27 @@
-"""The rows-file record: its bytes, how to check them, and what they decode to (Row, Arrow).
+"""The journal's records: their framing, how to check them, and the two payloads (generations, outcomes).
 
-A rows file is a sequence of records, all integers little-endian::
+Every data file is a sequence of framed records, all integers little-endian::
 
-    b"E3J1" | u32 payload length | u32 CRC-32 of the payload | payload
-    payload = i64 index | i32 turn | i32 sample | u32 n_prompt | u32 n_output | u32 n_json
-              | int32 ids[n_prompt + n_output] (prompt, then output) | JSON[n_json]
-    JSON    = {"source_id", "finish_reason", "sampling_seed", "meta"}
+    magic (4 bytes, per kind) | u32 payload length | u32 CRC-32 of the payload | payload
+
+A **generation** (``E3G2``; files under ``generations/<target>/``) is one ``/generate`` exchange::
+
+    digest[16] | input_key[16] | u8 type | 3 pad | u32 n_prompt | u32 n_output | u32 n_json
+    | int32 ids[n_prompt + n_output] (prompt, then output) | JSON[n_json]
+    JSON = {"finish_reason", "sampling_params", "meta"}       (type 0: a generation)
+         = {}                                                  (type 1: an alias, no ids)
+
+An alias says that another input key produced a request already journaled under ``digest``.
+
+An **outcome** (``E3O2``; files under ``sets/<config id>/``) is what became of one row of a set::
+
+    i64 index | i32 turn | i32 sample | digest[16] | u8 type | 3 pad | u32 n_json | JSON[n_json]
+    JSON = {"source_id", "sampling_seed", "attempts", "reused"}     (type 0: a row, by digest)
+         = {"id", "kind", "reason", "epoch"}                          (type 1: a failure)
 
 Binary framing rather than JSON lines: the checksum tells a torn or zero-filled tail (power loss)
-from a record where a JSON parser could accept a cut line; the length lets a scan index a file without
-parsing rows; and the ids go to Arrow as one buffer per batch, never one Python int per token, which
-keeps appending and :meth:`~eagle3_raw.journal.Journal.iter_tables` far faster than generation. The
-small JSON part keeps the rest readable and extensible.
+from a record where a JSON parser could accept a cut line; the length lets a scan skip payloads;
+and ids go to Arrow as one buffer per batch, never one Python int per token.
 """
 
 from __future__ import annotations
@@ -21,122 +31,166 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import orjson
 
-from eagle3_raw.rows import META_FIELDS, Row, RowKey, row_id
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-MAGIC = b"E3J1"
+MAGIC_GENERATION = b"E3G2"
+MAGIC_OUTCOME = b"E3O2"
 HEAD = struct.Struct("<4sII")  # magic, payload length, CRC-32 of the payload
-FIXED = struct.Struct("<qiiIII")  # index, turn, sample, n_prompt, n_output, n_json
-_MAX_PAYLOAD = 1 << 30
+GEN_FIXED = struct.Struct("<16s16sB3xIII")  # digest, input key, type, n_prompt, n_output, n_json
+OUT_FIXED = struct.Struct("<qii16sB3xI")  # index, turn, sample, digest, type, n_json
+ROW_KEY = struct.Struct("<qii")  # an outcome's key as its 16 index bytes
+MAX_PAYLOAD = 1 << 30
 _LITTLE = sys.byteorder == "little"
+
+GENERATION, ALIAS = 0, 1
+ROW, FAILURE = 0, 1
 
 assert array("i").itemsize == 4, "the journal stores ids as 32-bit ints"
 
-#: A RowKey as plain ints (index, turn, sample): what indexes and failure records hold.
-Key = tuple[int, int, int]
+
+# --- payloads ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Record:
-    """A decoded rows-file record; ``ids`` are little-endian int32, prompt then output."""
+class Generation:
+    """A journaled ``/generate`` exchange: the request digest, the ids as sent and returned, facts."""
 
-    key: RowKey
+    digest: bytes
+    input_key: bytes
     n_prompt: int
     ids: memoryview
-    info: dict[str, Any]
+    """Little-endian int32: the prompt ids, then the output ids."""
+    info: Mapping[str, Any]
+
+    @property
+    def n_output(self) -> int:
+        return len(self.ids) // 4 - self.n_prompt
+
+    def prompt_ids(self) -> list[int]:
+        return native_ints(self.ids[: 4 * self.n_prompt]).tolist()
+
+    def output_ids(self) -> list[int]:
+        return native_ints(self.ids[4 * self.n_prompt :]).tolist()
 
 
-def encode_record(row: Row) -> bytes:
-    """The bytes of one rows-file record for ``row`` (see the module docstring)."""
-    prompt = array("i", row.prompt_ids)
-    output = array("i", row.output_ids)
-    if not _LITTLE:
-        prompt.byteswap()
-        output.byteswap()
-    info = {
-        "source_id": row.source_id,
-        "finish_reason": row.finish_reason,
-        "sampling_seed": row.sampling_seed,
-        "meta": dict(row.meta),
-    }
-    tail = orjson.dumps(info, option=orjson.OPT_SERIALIZE_NUMPY)
-    fixed = FIXED.pack(row.key.index, row.key.turn, row.key.sample, len(prompt), len(output), len(tail))
-    payload = b"".join((fixed, prompt, output, tail))
-    return HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+def encode_generation(
+    digest: bytes,
+    input_key: bytes,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    info: Mapping[str, Any],
+) -> bytes:
+    """The framed record of a generation (``info``: finish_reason, sampling_params, meta)."""
+    prompt, output = _le_ints(prompt_ids), _le_ints(output_ids)
+    tail = orjson.dumps(dict(info), option=orjson.OPT_SERIALIZE_NUMPY)
+    fixed = GEN_FIXED.pack(digest, input_key, GENERATION, len(prompt_ids), len(output_ids), len(tail))
+    return frame(MAGIC_GENERATION, b"".join((fixed, prompt, output, tail)))
 
 
-def decode(payload: memoryview) -> Record:
-    """The record of a payload already checked (:func:`read_payload`, :func:`checked_payload`)."""
-    index, turn, sample, n_prompt, n_output, _ = FIXED.unpack_from(payload)
-    ids_end = FIXED.size + 4 * (n_prompt + n_output)
-    info = orjson.loads(payload[ids_end:])
-    return Record(RowKey(index, turn, sample), n_prompt, payload[FIXED.size : ids_end], info)
+def encode_alias(digest: bytes, input_key: bytes) -> bytes:
+    """The framed record saying ``input_key`` produced the request journaled under ``digest``."""
+    return frame(MAGIC_GENERATION, GEN_FIXED.pack(digest, input_key, ALIAS, 0, 0, 2) + b"{}")
 
 
-def _consistent(payload: bytes | memoryview) -> bool:
-    *_, n_prompt, n_output, n_json = FIXED.unpack_from(payload)
-    return bool(FIXED.size + 4 * (n_prompt + n_output) + n_json == len(payload))
+def decode_generation(payload: memoryview | bytes) -> Generation:
+    digest, key, _, n_prompt, n_output, _ = GEN_FIXED.unpack_from(payload)
+    ids_end = GEN_FIXED.size + 4 * (n_prompt + n_output)
+    view = memoryview(payload)
+    return Generation(digest, key, n_prompt, view[GEN_FIXED.size : ids_end], orjson.loads(view[ids_end:]))
 
 
-# --- checking ----------------------------------------------------------------------------------------
+def generation_keys(payload: bytes | memoryview) -> tuple[bytes, bytes, int] | None:
+    """(digest, input key, type) of a generation payload, or None if its lengths do not add up."""
+    digest, key, kind, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(payload)
+    whole = GEN_FIXED.size + 4 * (n_prompt + n_output) + n_json == len(payload)
+    return (digest, key, kind) if whole and kind in (GENERATION, ALIAS) else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A journaled outcome of one row of a set (a row by digest, or a failure)."""
+
+    index: int
+    turn: int
+    sample: int
+    digest: bytes
+    kind: int
+    info: Mapping[str, Any]
+
+
+def encode_outcome(key: Sequence[int], digest: bytes, kind: int, info: Mapping[str, Any]) -> bytes:
+    """The framed record of a row's outcome (``key`` = index, turn, sample)."""
+    tail = orjson.dumps(dict(info))
+    return frame(MAGIC_OUTCOME, OUT_FIXED.pack(*key, digest, kind, len(tail)) + tail)
+
+
+def decode_outcome(payload: memoryview | bytes) -> Outcome:
+    index, turn, sample, digest, kind, _ = OUT_FIXED.unpack_from(payload)
+    return Outcome(index, turn, sample, digest, kind, orjson.loads(memoryview(payload)[OUT_FIXED.size :]))
+
+
+def outcome_keys(payload: bytes | memoryview) -> tuple[bytes, bytes, int] | None:
+    """(16 key bytes, digest, type) of an outcome payload, or None if its lengths do not add up."""
+    index, turn, sample, digest, kind, n_json = OUT_FIXED.unpack_from(payload)
+    whole = OUT_FIXED.size + n_json == len(payload) and kind in (ROW, FAILURE)
+    return (ROW_KEY.pack(index, turn, sample), digest, kind) if whole else None
+
+
+# --- framing and checking --------------------------------------------------------------------------
+
+
+def frame(magic: bytes, payload: bytes) -> bytes:
+    return HEAD.pack(magic, len(payload), zlib.crc32(payload)) + payload
 
 
 class BadRecord(Exception):
     """The bytes at the scan position are not a complete, valid record."""
 
 
-def read_payload(f: IO[bytes]) -> bytes | None:
+def read_payload(f: IO[bytes], magic: bytes, minimum: int) -> bytes | None:
     """The payload of the record at ``f``'s position (None at the end of the file); BadRecord, saying
-    why, when the bytes there are not a complete, valid record."""
+    why, when the bytes there are not a complete, valid record of this ``magic``."""
     head = f.read(HEAD.size)
     if not head:
         return None
     if len(head) < HEAD.size:
         raise BadRecord("short header")
-    magic, length, crc = HEAD.unpack(head)
-    if magic != MAGIC or not FIXED.size <= length <= _MAX_PAYLOAD:
+    found, length, crc = HEAD.unpack(head)
+    if found != magic or not minimum <= length <= MAX_PAYLOAD:
         raise BadRecord("bad header")
     payload = f.read(length)
     if len(payload) < length:
         raise BadRecord("short record")
-    if zlib.crc32(payload) != crc or not _consistent(payload):
+    if zlib.crc32(payload) != crc:
         raise BadRecord("bad checksum")
     return payload
 
 
-def record_at(mm: mmap.mmap, position: int) -> bool:
-    """True if a complete, valid record starts at ``position``."""
+def record_at(mm: mmap.mmap, position: int, magic: bytes, minimum: int) -> bool:
+    """True if a complete, valid record of this ``magic`` starts at ``position``."""
     if position + HEAD.size > len(mm):
         return False
-    magic, length, crc = HEAD.unpack_from(mm, position)
+    found, length, crc = HEAD.unpack_from(mm, position)
     end = position + HEAD.size + length
-    if magic != MAGIC or length < FIXED.size or end > len(mm):
+    if found != magic or length < minimum or end > len(mm):
         return False
-    payload = mm[position + HEAD.size : end]
-    return zlib.crc32(payload) == crc and _consistent(payload)
+    return bool(zlib.crc32(mm[position + HEAD.size : end]) == crc)
 
 
-def checked_payload(data: bytes, length: int) -> memoryview | None:
+def checked_payload(data: bytes, length: int, magic: bytes) -> memoryview | None:
     """The payload of ``data``, a record read back by offset, or None if it is not the ``length``
     bytes of a valid record any more."""
     payload = memoryview(data)[HEAD.size :]
-    if len(data) != length or data[:4] != MAGIC or HEAD.unpack_from(data)[2] != zlib.crc32(payload):
+    if len(data) != length or data[:4] != magic or HEAD.unpack_from(data)[2] != zlib.crc32(payload):
         return None
     return payload
 
 
-# --- rows and Arrow ----------------------------------------------------------------------------------
-
-
-def _native_ints(data: bytes | memoryview) -> array[int]:
+def native_ints(data: bytes | memoryview) -> array[int]:
     ints = array("i")
     ints.frombytes(data)
     if not _LITTLE:
@@ -144,51 +198,8 @@ def _native_ints(data: bytes | memoryview) -> array[int]:
     return ints
 
 
-def to_row(record: Record) -> Row:
-    """``record`` as a :class:`~eagle3_raw.rows.Row`."""
-    ids = _native_ints(record.ids).tolist()
-    return Row(
-        key=record.key,
-        source_id=record.info["source_id"],
-        prompt_ids=ids[: record.n_prompt],
-        output_ids=ids[record.n_prompt :],
-        finish_reason=record.info["finish_reason"],
-        sampling_seed=record.info["sampling_seed"],
-        meta=record.info["meta"],
-    )
-
-
-def to_table(records: list[Record], schema: pa.Schema) -> pa.Table:
-    """``records`` as one table in ``schema``; the ids of all records go in as one buffer."""
-    import pyarrow as pa
-
-    arrays = {name: pa.array(values, schema.field(name).type) for name, values in _columns(records)}
-    lengths = array("i", [0])
-    for record in records:
-        lengths.append(lengths[-1] + len(record.ids) // 4)
-    offsets = pa.Array.from_buffers(pa.int32(), len(lengths), [None, pa.py_buffer(lengths)])
-    ids = b"".join(record.ids for record in records)
-    ids = ids if _LITTLE else _native_ints(ids).tobytes()
-    mask = b"".join(b"\0" * r.n_prompt + b"\1" * (len(r.ids) // 4 - r.n_prompt) for r in records)
-    arrays["input_ids"] = _list_array(offsets, ids, pa.int32())
-    arrays["loss_mask"] = _list_array(offsets, mask, pa.int8())
-    return pa.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
-
-
-def _columns(records: list[Record]) -> Iterator[tuple[str, list[Any]]]:
-    infos = [record.info for record in records]
-    yield "id", [row_id(r.info["source_id"], r.key.turn, r.key.sample) for r in records]
-    yield "source_id", [info["source_id"] for info in infos]
-    yield "turn", [record.key.turn for record in records]
-    yield "sample", [record.key.sample for record in records]
-    yield "prompt_len", [record.n_prompt for record in records]
-    yield "finish_reason", [info["finish_reason"] for info in infos]
-    yield "sampling_seed", [info["sampling_seed"] for info in infos]
-    yield "meta", [{name: info["meta"].get(name) for name in META_FIELDS} for info in infos]
-
-
-def _list_array(offsets: pa.Array, data: bytes, kind: pa.DataType) -> pa.Array:
-    import pyarrow as pa
-
-    values = pa.Array.from_buffers(kind, len(data) // kind.byte_width, [None, pa.py_buffer(data)])
-    return pa.ListArray.from_arrays(offsets, values)
+def _le_ints(values: Sequence[int]) -> bytes:
+    ints = array("i", values)
+    if not _LITTLE:
+        ints.byteswap()
+    return ints.tobytes()

@@ -1,390 +1,309 @@
-"""The :class:`Journal`: one recipe's rows and failures in one directory, and where journals live.
+"""The :class:`Journal` of one set: its outcomes (:mod:`.sets`) joined with its target's generations
+(:mod:`.generations`), and where journals live (:func:`journal_root`).
 
-It ties the parts together: the record format (:mod:`.records`), rows-file indexes and repair
-(:mod:`.index`), the failures files (:mod:`.failures`) and the manifest (:mod:`.manifest`). See
-:mod:`eagle3_raw.journal` for the directory layout and the guarantees.
+A run writes through it (a generation and its row, a reused generation, a failure) and plans with
+it (the keys already done, the memo of earlier requests); the builder reads the set back from it in
+key order as Arrow tables, without any server. See :mod:`eagle3_raw.journal` for the layout.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import re
-import threading
-import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from eagle3_raw.errors import JournalError
-from eagle3_raw.journal.failures import (
-    FAILURE_KINDS,
-    clear_record,
-    current_failures,
-    failure_record,
-    open_failures,
-    read_failures,
-)
-from eagle3_raw.journal.files import describe, make_dir, take_lock, write_all
-from eagle3_raw.journal.index import FileIndex, index_file, open_rows, record_batches, row_stats
-from eagle3_raw.journal.manifest import (
-    MANIFEST,
-    check_fingerprint,
-    open_manifest,
-    read_manifest,
-    update_identity,
-)
-from eagle3_raw.journal.records import Key, Record, encode_record, to_row, to_table
-from eagle3_raw.rows import Row, RowKey, arrow_schema
+from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
+from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Generation, Outcome
+from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
+from eagle3_raw.rows import META_FIELDS, Row, RowKey, arrow_schema, row_id
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pyarrow as pa
 
-_MAX_PENDING_BYTES = 16 << 20  # past this, append() writes at once: the disk is slower than the run
-_SHARD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+    from eagle3_raw.identity import Target
 
-_log = logging.getLogger("eagle3_raw.journal")
+_MAX_BATCH_IDS = 8 << 20  # ids per Arrow batch: bounds batch memory and keeps int32 offsets valid
 
 
 def journal_root() -> Path:
-    """Where journals live: ``$EAGLE3_RAW_JOURNAL_DIR``, else ``~/.cache/eagle3_raw/journals``.
-
-    A recipe's journal is ``journal_root() / recipe.config_id`` (name plus fingerprint).
-    """
+    """Where journals live: ``$EAGLE3_RAW_JOURNAL_DIR``, else ``~/.cache/eagle3_raw/journals``."""
     configured = os.environ.get("EAGLE3_RAW_JOURNAL_DIR")
     if configured:
         return Path(configured).expanduser()
     return Path.home() / ".cache" / "eagle3_raw" / "journals"
 
 
-class Journal:
-    """The rows and failures of one recipe, in one directory (see :mod:`eagle3_raw.journal`).
+def set_dir(root: Path, config_id: str) -> Path:
+    """The folder of set ``config_id``'s journal under the journal root ``root``."""
+    return root / "sets" / config_id
 
-    :meth:`open` writes one shard and reads all; :meth:`read` only reads. Not for use after
-    :meth:`close` except for reading. ``append``/``record_failure`` may be called from any thread;
-    ``close`` must not race them.
+
+class Journal:
+    """One set's journal (outcomes and generations); :meth:`open` to write a shard, :meth:`read` to read.
+
+    Writing calls may come from any thread; ``close`` must not race them.
     """
 
-    def __init__(self, directory: Path, manifest: dict[str, Any], shard: str | None) -> None:
+    def __init__(self, root: Path, sets: SetJournal, generations: GenerationStore) -> None:
         """Use :meth:`open` or :meth:`read`."""
-        self.directory = directory
-        self.manifest = manifest
-        self.shard = shard
-        self._own: FileIndex | None = None  # this writer's rows file; changed only under _io
-        self._others: dict[str, FileIndex] = {}  # other shards' rows files; under _scan
-        self._fds: dict[str, int] = {}
-        self._failures_end = 0
-        self._pending: list[bytes] = []
-        self._pending_keys: list[Key] = []
-        self._pending_failures: list[bytes] = []
-        self._pending_bytes = 0
-        self._state = threading.Lock()  # guards the pending lists and the clock
-        self._io = threading.RLock()  # one thread at a time writes files and updates _own
-        self._scan = threading.Lock()
-        self._stop = threading.Event()
-        self._flusher: threading.Thread | None = None
-        self._error: JournalError | None = None
-        self._error_reported = False
-        self._closed = False
-        self._last_time = 0.0
-
-    # --- opening and closing -------------------------------------------------------------------
+        self.root = root
+        self.sets = sets
+        self.generations = generations
 
     @classmethod
     def open(
-        cls,
-        directory: Path | str,
-        *,
-        fingerprint: str,
-        recipe: Mapping[str, Any],
-        shard: str = "0-of-1",
+        cls, root: Path, fresh: Mapping[str, Any], target: Target, *, shard: str = "0-of-1",
         flush_interval: float = 1.0,
-    ) -> Journal:
-        """Create or reopen ``directory`` and become the one writer of ``shard``.
-
-        Creates the manifest (fingerprint, recipe) if there is none; refuses, with JournalError, a
-        directory whose manifest has another fingerprint, a shard another process is writing, and a
-        directory that cannot be written. Repairs a torn tail of this shard's files.
-        """
-        if not _SHARD.match(shard):
-            raise ValueError(f"shard name {shard!r}: expected letters, digits, '.', '_', '-'")
-        if flush_interval <= 0:
-            raise ValueError(f"flush_interval must be positive, got {flush_interval!r}")
-        directory = Path(directory)
-        make_dir(directory)
-        journal = cls(directory, open_manifest(directory, fingerprint, recipe), shard)
+    ) -> Journal:  # fmt: skip
+        """Create or reopen set ``fresh["config_id"]`` under ``root`` and become the writer of ``shard``."""
+        sets = SetJournal.open(
+            set_dir(root, fresh["config_id"]), fresh, shard=shard, flush_interval=flush_interval
+        )
+        generations = GenerationStore(generations_dir(root, target), target)
         try:
-            journal._start(flush_interval)
+            generations.open_writer(flush_interval=flush_interval)
         except BaseException:
-            journal._release()
+            sets.close()
             raise
-        return journal
+        return cls(root, sets, generations)
 
     @classmethod
-    def read(cls, directory: Path | str, *, fingerprint: str | None = None) -> Journal:
-        """Open ``directory`` to read every shard, without locks and without writing anything."""
-        directory = Path(directory)
-        manifest = read_manifest(directory)
-        if manifest is None:
-            raise JournalError(f"no journal at {directory}: {MANIFEST} is missing")
-        if fingerprint is not None:
-            check_fingerprint(directory, manifest, fingerprint)
-        return cls(directory, manifest, None)
+    def read(cls, root: Path, config_id: str) -> Journal:
+        """Open set ``config_id`` under ``root`` to read, without locks or writes."""
+        from eagle3_raw.identity import Target
 
-    def _start(self, flush_interval: float) -> None:
-        self._fds["lock"] = take_lock(self._path("rows", ".lock"), self.directory, str(self.shard))
-        self._own, self._fds["rows"] = open_rows(self._path("rows", ".bin"))
-        self._fds["failures"], self._failures_end = open_failures(self._path("failures", ".jsonl"))
-        self._flusher = threading.Thread(
-            target=self._flush_loop, args=(flush_interval,), name=f"journal-{self.shard}", daemon=True
-        )
-        self._flusher.start()
+        sets = SetJournal.read(set_dir(root, config_id))
+        target = Target.from_dict(sets.manifest["target"])
+        return cls(root, sets, GenerationStore(generations_dir(root, target)))
+
+    @property
+    def directory(self) -> Path:
+        return self.sets.directory
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.sets.manifest
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def add_generation(
+        self, key: RowKey, *, digest: bytes, input_key: bytes, prompt_ids: Sequence[int],
+        output_ids: Sequence[int], generation: Mapping[str, Any], row: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        """Journal a new generation and that ``key`` is it (``generation``: finish_reason,
+        sampling_params, meta; ``row``: source_id, sampling_seed, attempts). The generation is
+        queued first, and both are written by the same flush order: generation log, then outcomes."""
+        self.generations.put(digest, input_key, prompt_ids, output_ids, generation)
+        self.sets.add_row(key, digest, {**row, "reused": False})
+
+    def add_reused(
+        self, key: RowKey, *, digest: bytes, row: Mapping[str, Any], alias: bytes | None = None
+    ) -> None:
+        """Journal that ``key`` is the generation ``digest`` already in the store (with ``alias``: the
+        input key that found it by its request, remembered for next time)."""
+        if alias is not None:
+            self.generations.alias(digest, alias)
+        self.sets.add_row(key, digest, {**row, "reused": True})
+
+    def add_failure(self, key: RowKey, row_id: str, kind: str, reason: str) -> None:
+        self.sets.add_failure(key, row_id, kind, reason)
+
+    def flush(self) -> None:
+        """Write and fsync everything journaled so far: generations before the outcomes naming them."""
+        self.generations.flush()  # fsync point order: a row's generation is durable before the row
+        self.sets.flush()
 
     def close(self) -> None:
-        """Write and fsync what is pending, stop the flusher, release the shard lock.
-
-        Raises JournalError if that last write fails, or if a background write failed and no call
-        has raised it yet. Idempotent.
-        """
-        if self._closed:
-            return
-        self._stop.set()
-        if self._flusher is not None:
-            self._flusher.join()
         try:
-            self._final_write()
+            self.generations.close()
         finally:
-            self._closed = True
-            self._release()
-
-    def _final_write(self) -> None:
-        if self.shard is None or (self._error is not None and self._error_reported):
-            return
-        self._raise_error()
-        self._write_pending()
-
-    def _release(self) -> None:
-        for fd in self._fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)  # closing the lock file releases the shard lock
-        self._fds.clear()
+            self.sets.close()
 
     def __enter__(self) -> Journal:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except JournalError:  # the exception already propagating is the one to see
-            _log.exception("journal %s: closing after an error failed too", self.directory)
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
-    # --- identity --------------------------------------------------------------------------------
+    # --- planning ----------------------------------------------------------------------------------
 
-    def set_server_identity(self, identity: Mapping[str, Any], *, allow_change: bool) -> None:
-        """Record the server identity the first time; later, compare it with the recorded one.
+    def generation_index(self) -> GenerationIndex:
+        return self.generations.index()
 
-        Compared: the :data:`IDENTITY_KEYS` the journal recorded. A difference raises ServerMismatch
-        naming each key with both values and how to go on (``--allow-server-change``), unless
-        ``allow_change``: then the new identity is recorded and the change appended to
-        ``manifest["history"]``.
-        """
-        self._check_writable()
-        self.manifest = update_identity(self.directory, self.manifest, identity, allow_change=allow_change)
+    def done_keys(self, index: GenerationIndex | None = None) -> npt.NDArray[np.int64]:
+        """Packed keys (:func:`~eagle3_raw.journal.sets.pack_key`) with a row whose generation is
+        in the store, sorted: what a resume does not ask for again."""
+        import numpy as np
 
-    # --- writing ---------------------------------------------------------------------------------
-
-    def append(self, row: Row) -> None:
-        """Journal ``row``: durable within about ``flush_interval`` seconds, at once on flush()/close().
-
-        Raises JournalError if an earlier write failed (no later append succeeds then). ``row.meta``
-        must be JSON-serializable and the ids must fit int32.
-        """
-        record = encode_record(row)
-        self._check_writable()
-        with self._state:
-            self._pending.append(record)
-            self._pending_keys.append((row.key.index, row.key.turn, row.key.sample))
-            self._pending_bytes += len(record)
-            full = self._pending_bytes >= _MAX_PENDING_BYTES
-        if full:
-            self.flush()
-
-    def record_failure(self, key: RowKey, row_id: str, kind: str, reason: str) -> None:
-        """Record that ``key`` (row ``row_id``) could not become a row; written with the next group.
-
-        ``kind`` is ``failed`` (tried again by ``--retry-failed``) or ``skipped``.
-        """
-        self._add_failure_line(failure_record(key, row_id, kind, reason))
-
-    def clear_failures(self, kinds: Iterable[str] = ("failed",)) -> None:
-        """Forget the failures of these kinds recorded so far by any shard; durable on return.
-
-        Appends a marker (failures are never rewritten); :meth:`failures` applies it to records
-        with an earlier wall-clock time, so shards on other machines need roughly synced clocks.
-        """
-        self._add_failure_line(clear_record(kinds))
         self.flush()
+        entries = self.sets.entries()
+        firsts = entries.first_rows()
+        index = index or self.generation_index()
+        present = index.has(entries.digest[firsts])
+        return np.unique(entries.packed[firsts][present])
 
-    def _add_failure_line(self, record: dict[str, Any]) -> None:
-        self._check_writable()
-        with self._state:
-            # Strictly increasing in this process, so a clear marker sorts after what it clears.
-            self._last_time = record["time"] = max(time.time(), self._last_time + 1e-6)
-            line = orjson.dumps(record) + b"\n"
-            self._pending_failures.append(line)
-            self._pending_bytes += len(line)
+    def failed_keys(self, done: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Packed keys whose current failure is ``failed`` (not asked again unless --retry-failed)."""
+        import numpy as np
 
-    def flush(self) -> None:
-        """Write and fsync every appended row and failure now. Raises JournalError on failure."""
-        self._check_writable()
-        self._write_pending()
+        from eagle3_raw.journal.sets import pack_key
 
-    def _flush_loop(self, interval: float) -> None:
-        # Runs beside the caller's threads; they only touch the pending lists (under _state).
-        while not self._stop.wait(interval):
-            try:
-                self._write_pending()
-            except Exception as exc:  # kept in _error; the next append/flush/close raises it
-                if self._error is None:
-                    self._error = JournalError(f"journal {self.directory}: background write failed: {exc!r}")
-                return
+        failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] == "failed"]
+        return np.unique(np.array(failed, np.int64))
 
-    def _write_pending(self) -> None:
-        with self._io:
-            self._raise_error()
-            with self._state:
-                rows, keys, failures = self._pending, self._pending_keys, self._pending_failures
-                self._pending, self._pending_keys, self._pending_failures = [], [], []
-                self._pending_bytes = 0
-            if rows:
-                own = self._indexed_own()
-                self._commit("rows", own.path, own.end, rows)
-                for key, record in zip(keys, rows, strict=True):
-                    own.add(key, len(record))  # indexed (= journaled) only after the fsync
-            if failures:
-                self._commit("failures", self._path("failures", ".jsonl"), self._failures_end, failures)
-                self._failures_end += sum(map(len, failures))
+    # --- reading -----------------------------------------------------------------------------------
 
-    def _commit(self, name: str, path: Path, good_size: int, records: list[bytes]) -> None:
-        fd = self._fds[name]
-        try:
-            write_all(fd, b"".join(records))
-            os.fsync(fd)  # fsync point: the whole group is durable once this returns
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, good_size)  # drop the partial group now; else the next open cuts it
-            self._error = JournalError(
-                f"cannot write the journal file {path}: {describe(exc)}; {len(records)} record(s) not "
-                "written. Everything written before stays readable; free space or fix permissions, "
-                "then run the build again to resume."
-            )
-            self._note_raised()
-            raise self._error from exc
-
-    def _check_writable(self) -> None:
-        if self.shard is None:
-            raise ValueError(f"journal {self.directory} was opened with Journal.read(): read-only")
-        if self._closed:
-            raise ValueError(f"journal {self.directory} is closed")
-        self._raise_error()
-
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            self._note_raised()
-            raise JournalError(str(self._error)) from self._error.__cause__
-
-    def _note_raised(self) -> None:
-        # close() raises a write error only if no call has raised it to the caller yet.
-        if threading.current_thread() is not self._flusher:
-            self._error_reported = True
-
-    # --- reading ---------------------------------------------------------------------------------
-
-    def done(self) -> set[RowKey]:
-        """The key of every row journaled by any shard file of the directory (flushes first)."""
-        keys: set[RowKey] = set()
-        for idx in self._snapshot():
-            keys.update(map(RowKey, idx.index, idx.turn, idx.sample))
-        return keys
+    def _rows(self) -> Iterator[tuple[Outcome, Location]]:
+        self.flush()
+        entries = self.sets.entries()
+        index = self.generation_index()
+        for chunk in iter_positions(entries.first_rows(), 2048):
+            for position in chunk:
+                outcome = self.sets.read_outcome(entries, int(position))
+                location = index.locate(outcome.digest)
+                if location is None:
+                    name = row_id(str(outcome.info.get("source_id")), outcome.turn, outcome.sample)
+                    raise JournalError(
+                        f"{self.directory}: row {name} names a generation that is not in "
+                        f"{self.generations.directory} (its files were moved or removed); run the build "
+                        "again to generate it"
+                    )
+                yield outcome, location
 
     def iter_tables(self, batch_rows: int = 1000) -> Iterator[pa.Table]:
-        """Every journaled row once, in RowKey order, as tables in ``rows.arrow_schema()``.
+        """Every row once, in key order, as tables in ``rows.arrow_schema()``; no server needed.
 
-        Reads all shard files (the first record of a key wins) from a snapshot taken when iteration
-        starts (flushing first). Tables hold at most ``batch_rows`` rows (fewer if their ids are
-        very many). Memory: ~100 bytes per record for the sorted index, plus one batch.
+        Tables hold at most ``batch_rows`` rows (fewer if their ids are very many). Memory: ~60 bytes
+        per outcome and per generation for the snapshots, plus one batch.
         """
-        schema = arrow_schema()
-        for records in self._record_batches(batch_rows):
-            yield to_table(records, schema)
-
-    def iter_rows(self) -> Iterator[Row]:
-        """Every journaled row once, in RowKey order, as :class:`Row` (like :meth:`iter_tables`)."""
-        for records in self._record_batches(1000):
-            yield from map(to_row, records)
-
-    def failures(self) -> list[dict[str, Any]]:
-        """The current failure of every key that has one, in RowKey order.
-
-        Each is ``{"key": RowKey, "id", "kind", "reason", "time"}``: the latest record for the key
-        across all shards, unless a later :meth:`clear_failures` covered its kind or the key has been
-        journaled as a row since.
-        """
-        records = self._failure_records()
-        return current_failures(records, self.done())
-
-    def stats(self) -> dict[str, Any]:
-        """Counts: ``rows``, ``duplicates`` (records beyond the first of a key), ``prompt_tokens``,
-        ``generated_tokens``, ``finish_reasons`` {reason: rows}, ``failures`` {kind: {reason: n}}."""
-        failures: dict[str, Counter[str]] = {kind: Counter() for kind in FAILURE_KINDS}
-        for failure in self.failures():
-            failures[failure["kind"]][failure["reason"]] += 1
-        return {**row_stats(self._snapshot()), "failures": {k: dict(v) for k, v in failures.items()}}
-
-    def _record_batches(self, batch_rows: int) -> Iterator[list[Record]]:
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
-        yield from record_batches(self._snapshot(), batch_rows)
+        schema = arrow_schema()
+        batch: list[tuple[Outcome, Generation]] = []
+        ids = 0
+        for outcome, location in self._rows():
+            batch.append((outcome, self.generations.read(location)))
+            ids += len(batch[-1][1].ids) // 4
+            if len(batch) >= batch_rows or ids >= _MAX_BATCH_IDS:
+                yield to_table(batch, schema)
+                batch, ids = [], 0
+        if batch:
+            yield to_table(batch, schema)
 
-    def _snapshot(self) -> list[FileIndex]:
-        """Copies of every shard file's index, brought up to date, in file name order."""
-        files: dict[str, FileIndex] = {}
-        with self._io:
-            self._flush_if_healthy()
-            if self._own is not None:
-                files[self._own.path.name] = self._own.copy()
-        # Scanning other shards can take long: not under _io, so the flusher keeps its interval.
-        with self._scan:
-            for path in self.directory.glob("rows-*.bin"):
-                if path.name not in files:
-                    idx = self._others.setdefault(path.name, FileIndex(path))
-                    index_file(idx)
-                    files[path.name] = idx.copy()
-        return [files[name] for name in sorted(files)]
+    def iter_rows(self) -> Iterator[Row]:
+        """Every row once, in key order, as :class:`~eagle3_raw.rows.Row`."""
+        for outcome, location in self._rows():
+            yield to_row(outcome, self.generations.read(location))
 
-    def _failure_records(self) -> list[dict[str, Any]]:
-        with self._io:
-            self._flush_if_healthy()
-        return read_failures(self.directory)
+    def failures(self) -> list[dict[str, Any]]:
+        """The current failure of every key that has one and no row, in key order."""
+        return self.sets.failures()
 
-    def _flush_if_healthy(self) -> None:
-        # Readers see every row appended before the call; a failed or closed writer has nothing to add.
-        if self.shard is not None and self._error is None and not self._closed:
-            self._write_pending()
+    def stats(self) -> dict[str, Any]:
+        """Counts: ``rows``, ``prompt_tokens``, ``generated_tokens``, ``finish_reasons`` {reason: rows},
+        ``tokens_by_reason``, ``reused`` (rows made of generations journaled for another row or set),
+        ``failures`` {kind: {reason: n}}. Reads no ids."""
+        by_reason: dict[str, Counter[str]] = {}
+        reused = 0
+        for outcome, location in self._rows():
+            n_prompt, n_output, finish = self._generation_facts(location)
+            by_reason.setdefault(finish, Counter()).update(
+                rows=1, prompt_tokens=n_prompt, generated_tokens=n_output
+            )
+            reused += bool(outcome.info.get("reused"))
+        totals: Counter[str] = sum(by_reason.values(), Counter())
+        failures = self.sets.failure_counts(self.failures())
+        return {
+            "rows": totals["rows"],
+            "prompt_tokens": totals["prompt_tokens"],
+            "generated_tokens": totals["generated_tokens"],
+            "finish_reasons": {reason: c["rows"] for reason, c in by_reason.items()},
+            "tokens_by_reason": {
+                reason: {"prompt_tokens": c["prompt_tokens"], "generated_tokens": c["generated_tokens"]}
+                for reason, c in by_reason.items()
+            },
+            "reused": reused,
+            "failures": {kind: failures.get(kind, {}) for kind in FAILURE_KINDS},
+        }
 
-    def _indexed_own(self) -> FileIndex:
-        assert self._own is not None, "only a writer has its own rows file"
-        return self._own
+    def _generation_facts(self, location: Location) -> tuple[int, int, str]:
+        import orjson
 
-    def _path(self, kind: str, suffix: str) -> Path:
-        return self.directory / f"{kind}-{self.shard}{suffix}"
+        from eagle3_raw.journal.files import open_read
+
+        fd = open_read(location.path)
+        try:
+            head = os.pread(fd, HEAD.size + GEN_FIXED.size, location.offset)
+            *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
+            start = location.offset + len(head) + 4 * (n_prompt + n_output)
+            info = orjson.loads(os.pread(fd, n_json, start))
+        finally:
+            os.close(fd)
+        return n_prompt, n_output, str(info["finish_reason"])
+
+
+def row_meta(outcome: Outcome, generation: Generation) -> dict[str, Any]:
+    """The ``meta`` column of a row: the generation's server facts, the ``max_new_tokens`` sent, attempts."""
+    meta = dict(generation.info.get("meta") or {})
+    meta["max_new_tokens"] = (generation.info.get("sampling_params") or {}).get("max_new_tokens")
+    meta["attempts"] = outcome.info.get("attempts")
+    return {name: meta.get(name) for name in META_FIELDS}
+
+
+def to_row(outcome: Outcome, generation: Generation) -> Row:
+    return Row(
+        key=RowKey(outcome.index, outcome.turn, outcome.sample),
+        source_id=str(outcome.info["source_id"]),
+        prompt_ids=generation.prompt_ids(),
+        output_ids=generation.output_ids(),
+        finish_reason=str(generation.info["finish_reason"]),
+        sampling_seed=int(outcome.info["sampling_seed"]),
+        meta=row_meta(outcome, generation),
+    )
+
+
+def to_table(batch: list[tuple[Outcome, Generation]], schema: pa.Schema) -> pa.Table:
+    """``batch`` as one table in ``schema``; the ids of all rows go in as one buffer."""
+    import sys
+    from array import array
+
+    import pyarrow as pa
+
+    from eagle3_raw.journal.records import native_ints
+
+    columns: dict[str, list[Any]] = {
+        "id": [row_id(str(o.info["source_id"]), o.turn, o.sample) for o, _ in batch],
+        "source_id": [str(o.info["source_id"]) for o, _ in batch],
+        "turn": [o.turn for o, _ in batch],
+        "sample": [o.sample for o, _ in batch],
+        "prompt_len": [g.n_prompt for _, g in batch],
+        "finish_reason": [str(g.info["finish_reason"]) for _, g in batch],
+        "sampling_seed": [int(o.info["sampling_seed"]) for o, _ in batch],
+        "meta": [row_meta(o, g) for o, g in batch],
+    }
+    arrays = {name: pa.array(values, schema.field(name).type) for name, values in columns.items()}
+    lengths = array("i", [0])
+    for _, generation in batch:
+        lengths.append(lengths[-1] + len(generation.ids) // 4)
+    offsets = pa.Array.from_buffers(pa.int32(), len(lengths), [None, pa.py_buffer(lengths)])
+    ids = b"".join(g.ids for _, g in batch)
+    ids = ids if sys.byteorder == "little" else native_ints(ids).tobytes()
+    mask = b"".join(b"\0" * g.n_prompt + b"\1" * g.n_output for _, g in batch)
+    arrays["input_ids"] = _list_array(offsets, ids, pa.int32())
+    arrays["loss_mask"] = _list_array(offsets, mask, pa.int8())
+    return pa.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
+
+
+def _list_array(offsets: pa.Array, data: bytes, kind: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    values = pa.Array.from_buffers(kind, len(data) // kind.byte_width, [None, pa.py_buffer(data)])
+    return pa.ListArray.from_arrays(offsets, values)
+
+
+__all__ = ["ROW", "Entries", "Journal", "journal_root", "set_dir"]

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (health checks stay open)")
     sglang.add_argument("--model-path", type=Path, help="model folder (default: the packaged tiny model)")
     sglang.add_argument("--served-model-name", help="name reported by /model_info and /v1/models")
+    sglang.add_argument(
+        "--weight-version", default="default", help="reported in /model_info and replies (default: default)"
+    )
     sglang.add_argument("--context-length", type=int, help="context length (default: the model's)")
     sglang.add_argument("--skip-tokenizer-init", action="store_true", help="no tokenizer: ids in, ids out")
     sglang.add_argument("--max-running-requests", type=int, help="reported in /server_info")
@@ -76,7 +79,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     timing = None if args.ms_per_token is None else Timing(args.ms_per_token, args.prefill_ms_per_token)
     return ServerConfig(
         host=args.host, port=args.port, api_key=args.api_key, model_path=args.model_path,
-        served_model_name=args.served_model_name, context_length=args.context_length,
+        served_model_name=args.served_model_name, weight_version=args.weight_version,
+        context_length=args.context_length,
         skip_tokenizer_init=args.skip_tokenizer_init, max_running_requests=args.max_running_requests,
         max_queued_requests=args.max_queued_requests, disable_radix_cache=args.disable_radix_cache,
         stream_interval=args.stream_interval,

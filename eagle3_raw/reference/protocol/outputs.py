@@ -80,6 +80,7 @@ def meta_info(
     prompt_tokens: int,
     completion_tokens: int,
     cached_tokens: int,
+    weight_version: str = "default",
 ) -> dict[str, Any]:
     """``meta_info`` of a response or stream chunk, keys in SGLang's order (timing keys added by
     the caller: ``e2e_latency`` when finished, ``response_sent_to_client_ts`` on the first send)."""
@@ -87,12 +88,12 @@ def meta_info(
         "id": rid,
         "finish_reason": finish,
         "prompt_tokens": prompt_tokens,
-        "weight_version": "default",
+        "weight_version": weight_version,
         "num_retractions": 0,
         "reasoning_tokens": 0,
         "completion_tokens": completion_tokens,
         "cached_tokens": cached_tokens,
-        "weight_versions": [{"version": "default", "start": 0, "end": completion_tokens}],
+        "weight_versions": [{"version": weight_version, "start": 0, "end": completion_tokens}],
     }
 
 
@@ -108,13 +109,15 @@ def queued_abort(message: str = "Abort in waiting queue", status_code: int | Non
     return finish
 
 
-def queued_abort_meta(rid: str, finish: Mapping[str, Any], e2e_latency: float) -> dict[str, Any]:
+def queued_abort_meta(
+    rid: str, finish: Mapping[str, Any], e2e_latency: float, weight_version: str = "default"
+) -> dict[str, Any]:
     """``meta_info`` of a generation that never left the queue (the tokenizer manager's subset)."""
     return {
         "id": rid,
         "finish_reason": finish,
-        "weight_version": "default",
+        "weight_version": weight_version,
         "e2e_latency": e2e_latency,
-        "weight_versions": [{"version": "default", "start": 0, "end": 0}],
+        "weight_versions": [{"version": weight_version, "start": 0, "end": 0}],
         "completion_tokens": 0,
     }

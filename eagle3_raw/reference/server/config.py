@@ -20,6 +20,7 @@ class ServerConfig:
     api_key: str | None = None
     model_path: Path | None = None
     served_model_name: str | None = None
+    weight_version: str = "default"
     context_length: int | None = None
     skip_tokenizer_init: bool = False
     max_running_requests: int | None = None

@@ -36,12 +36,12 @@ class Info:
     def model_info_dict(self) -> dict[str, Any]:
         model = self.state.model
         return {
-            "model_path": str(model.path),
+            "model_path": model.reported_path,
             "served_model_name": self.state.served_model_name,
-            "tokenizer_path": str(model.path),
+            "tokenizer_path": model.reported_path,
             "is_generation": True,
             "preferred_sampling_params": dict(self.state.config.preferred_sampling_params) or None,
-            "weight_version": "default",
+            "weight_version": model.weight_version,
             "load_format": "auto",
             "reasoning_parser": None,
             "tool_call_parser": None,
@@ -59,10 +59,11 @@ class Info:
         """Every server argument (``context_length`` null unless passed), scheduler facts, version."""
         s, c = self.state, self.state.config
         return {
-            "model_path": str(s.model.path), "tokenizer_path": str(s.model.path),
+            "model_path": s.model.reported_path, "tokenizer_path": s.model.reported_path,
             "tokenizer_mode": "auto", "skip_tokenizer_init": c.skip_tokenizer_init, "load_format": "auto",
             "trust_remote_code": False, "context_length": c.context_length, "is_embedding": False,
             "revision": None, "host": c.host, "port": c.port, "served_model_name": s.served_model_name,
+            "weight_version": c.weight_version,
             "dtype": "auto", "quantization": None, "device": "cpu", "api_key": "***" if c.api_key else None,
             "max_running_requests": c.max_running_requests, "max_queued_requests": c.max_queued_requests,
             "max_total_tokens": None, "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,

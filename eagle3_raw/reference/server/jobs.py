@@ -64,10 +64,12 @@ def response_object(
         out["text"] = _text(job, model, final)
     out["output_ids"] = job.output_ids
     if final and job.queued:
-        meta = p.queued_abort_meta(job.spec.rid, job.finish or {}, job.ended - received)
+        meta = p.queued_abort_meta(job.spec.rid, job.finish or {}, job.ended - received, model.weight_version)
     else:
         finish = job.finish if final else None
-        meta = p.meta_info(job.spec.rid, finish, len(job.input_ids), len(job.output_ids), job.cached)
+        meta = p.meta_info(
+            job.spec.rid, finish, len(job.input_ids), len(job.output_ids), job.cached, model.weight_version
+        )
         if final:
             meta["e2e_latency"] = job.ended - received
     if not job.sent:

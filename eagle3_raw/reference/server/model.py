@@ -7,6 +7,8 @@ tokenizer config can ask for, so ``text`` matches what SGLang's detokenizer woul
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,9 +20,20 @@ from eagle3_raw.reference.engine import ReferenceEngine
 class Model:
     """The engine, its tokenizer (unless ``--skip-tokenizer-init``) and what the server reports."""
 
-    def __init__(self, model_path: Path | None, *, tokenizer: bool, context_length: int | None) -> None:
+    def __init__(
+        self,
+        model_path: Path | None,
+        *,
+        tokenizer: bool,
+        context_length: int | None,
+        weight_version: str = "default",
+    ) -> None:
         self.engine = ReferenceEngine(model_path)
         self.path = Path(self.engine.model_dir).resolve()
+        self.weight_version = weight_version
+        self.reported_path = str(model_path) if model_path is not None else packaged_model_name()
+        """What ``/model_info`` says ``model_path`` is: the ``--model-path`` as given (SGLang's way),
+        else a name of the packaged model that is the same on every install and changes with it."""
         self.vocab_size = self.engine.vocab_size
         if context_length is not None and context_length > self.engine.context_length:
             raise ValueError(
@@ -48,6 +61,20 @@ class Model:
     def decode_raw(self, ids: Sequence[int]) -> str:
         """The text the scheduler matches stop strings against (special tokens kept)."""
         return self.decode(ids, False)
+
+
+@functools.cache
+def packaged_model_name() -> str:
+    """``eagle3-raw-reference@<12 hex>``: the packaged model's name, with a digest of its files and of
+    the engine's code, so a reference whose outputs could differ reports another model."""
+    from eagle3_raw.reference import engine
+    from eagle3_raw.resources import reference_model_dir
+
+    digest = hashlib.sha256(Path(engine.__file__).read_bytes())
+    for path in sorted(reference_model_dir().iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return f"eagle3-raw-reference@{digest.hexdigest()[:12]}"
 
 
 def _read_json(path: Path) -> dict[str, Any]:

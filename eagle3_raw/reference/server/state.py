@@ -45,7 +45,7 @@ class ServerState:
 
     @property
     def served_model_name(self) -> str:
-        return self.config.served_model_name or str(self.model.path)
+        return self.config.served_model_name or self.model.reported_path
 
     @property
     def running(self) -> int:

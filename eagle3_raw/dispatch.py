@@ -1,0 +1,177 @@
+"""Sending planned rows: one worker per in-flight slot, retries with backoff, and the journal.
+
+A worker takes the next planned item in canonical order: a :class:`~eagle3_raw.plan.Reuse` is
+journaled at once, a :class:`~eagle3_raw.plan.Skip` recorded, a :class:`~eagle3_raw.plan.Job`
+sent to the least-loaded healthy endpoint (its conversation's earlier endpoint when it has room,
+so the prefix cache hits) and retried on transient errors until the budget is spent. Every
+attempt has its own rid; a timed-out one is aborted on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from eagle3_raw import sglang
+from eagle3_raw.checks import backoff
+from eagle3_raw.errors import (
+    ConnectError,
+    GenerationAborted,
+    RequestTimeout,
+    RetriesExhausted,
+    RetryableError,
+    RowError,
+    ServerBusy,
+    ServerUnreachable,
+)
+from eagle3_raw.plan import Job, Reuse, Skip
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from eagle3_raw.endpoints import Endpoint, EndpointPool
+    from eagle3_raw.feed import JobFeed
+    from eagle3_raw.journal import Journal
+    from eagle3_raw.progress import RunStats
+    from eagle3_raw.recipe import Recipe
+
+log = logging.getLogger("eagle3_raw")
+
+_ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
+
+
+class Dispatcher:
+    """Workers over a feed of planned items; see the module docstring. Lives on one event loop."""
+
+    def __init__(
+        self, recipe: Recipe, session: aiohttp.ClientSession | None, pool: EndpointPool | None,
+        journal: Journal, stats: RunStats, *, vocab_size: int, stop: threading.Event,
+    ) -> None:  # fmt: skip
+        self.recipe = recipe
+        self.session = session
+        self.pool = pool
+        self.journal = journal
+        self.stats = stats
+        self.vocab_size = vocab_size
+        self.stop = stop
+        self.in_flight: dict[str, str] = {}  # rid -> endpoint URL
+        self.affinity: dict[int, Endpoint] = {}  # source index -> endpoint of its last request
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._rid_prefix = uuid.uuid4().hex[:8]  # unique per run; the counter, per attempt
+        self._rid_counter = itertools.count()
+
+    async def work(self, feed: JobFeed) -> None:
+        """One worker: items from ``feed`` until the plan is exhausted."""
+        while (item := await feed.next()) is not None:
+            if isinstance(item, Skip):
+                self.record_skip(item)
+            elif isinstance(item, Reuse):
+                self.reuse(item)
+            else:
+                await self.process(item)
+
+    def reuse(self, item: Reuse) -> None:
+        row = {"source_id": item.source_id, "sampling_seed": item.sampling_seed, "attempts": 0}
+        self.journal.add_reused(item.key, digest=item.digest, row=row, alias=item.alias)
+        self.stats.reused += 1
+
+    def record_skip(self, skip: Skip) -> None:
+        self.journal.add_failure(skip.key, skip.row_id, skip.kind, skip.reason)
+        if skip.kind == "failed":
+            self.stats.failed += 1
+        else:
+            self.stats.skipped += 1
+
+    async def process(self, job: Job) -> None:
+        if self.pool is None:
+            raise ServerUnreachable(
+                f"row {job.row_id} has to be generated, but no endpoint answers; every row reused so far "
+                "is journaled: start the server and run again"
+            )
+        last: RetryableError | None = None
+        for attempt in range(self.recipe.server.max_retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(backoff(attempt))
+            try:
+                return self._journal_row(job, await self._attempt(job, attempt), attempt + 1)
+            except RetryableError as exc:
+                if self.stop.is_set():
+                    return  # stopping: aborted on purpose, not a failure of this row
+                last = exc
+                log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
+            except RowError as exc:
+                exc.row_id = job.row_id
+                return self.record_skip(Skip.from_error(job.key, exc))
+        attempts = self.recipe.server.max_retries + 1
+        reason = f"{attempts} attempt{'s' if attempts > 1 else ''} failed; last: {last}"
+        self.record_skip(Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id)))
+
+    async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
+        assert self.pool is not None and self.session is not None
+        endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
+        # Remembered before the reply: siblings sent meanwhile follow, so the prefix cache hits.
+        self._remember_endpoint(job.key.index, endpoint)
+        rid = f"{job.row_id}#{attempt}-{self._rid_prefix}{next(self._rid_counter):x}"
+        self.in_flight[rid] = endpoint.url
+        try:
+            generation = await sglang.generate(
+                self.session, endpoint.url, rid=rid, input_ids=job.prompt_ids,
+                sampling_params=job.sampling_params, vocab_size=self.vocab_size,
+                timeout=self.recipe.server.request_timeout,
+            )  # fmt: skip
+        except BaseException as exc:
+            fault = isinstance(exc, _ENDPOINT_FAULTS) and not self.stop.is_set()  # not our own aborts
+            await self.pool.release(endpoint, ok=False, endpoint_fault=fault)
+            if self.affinity.get(job.key.index) is endpoint:
+                del self.affinity[job.key.index]  # a retry goes to the least loaded endpoint
+            if isinstance(exc, RequestTimeout):
+                self._background(sglang.abort(self.session, endpoint.url, rid))
+            raise
+        finally:
+            self.in_flight.pop(rid, None)
+        await self.pool.release(endpoint, ok=True)
+        return generation
+
+    def _journal_row(self, job: Job, generation: sglang.Generation, attempts: int) -> None:
+        self.journal.add_generation(
+            job.key, digest=job.digest, input_key=job.input_key, prompt_ids=job.prompt_ids,
+            output_ids=generation.output_ids,
+            generation={
+                "finish_reason": generation.finish_reason,
+                "sampling_params": job.sampling_params,
+                "meta": dict(generation.meta),
+            },
+            row={"source_id": job.source_id, "sampling_seed": job.sampling_seed, "attempts": attempts},
+        )  # fmt: skip
+        self.stats.rows += 1
+        self.stats.generated_tokens += len(generation.output_ids)
+
+    def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _remember_endpoint(self, index: int, endpoint: Endpoint) -> None:
+        assert self.pool is not None
+        self.affinity[index] = endpoint
+        if len(self.affinity) > 4 * self.pool.capacity + 1024:
+            for stale in list(self.affinity)[: len(self.affinity) // 2]:
+                del self.affinity[stale]
+
+    async def abort(self, pending: Sequence[tuple[str, str]]) -> None:
+        """Tell the servers to stop what we will not wait for (Ctrl-C, fatal error), while the
+        requests' connections are still open: SGLang drops an abort for a rid it no longer has."""
+        if pending and self.session is not None:
+            log.warning("aborting %d in-flight requests on the server(s)", len(pending))
+            await asyncio.gather(*(sglang.abort(self.session, url, rid) for rid, url in pending))
+            await asyncio.sleep(0.2)  # let the aborted responses arrive before the workers go
+
+    async def settle(self) -> None:
+        """Wait for background aborts (each bounded by its own timeout)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)

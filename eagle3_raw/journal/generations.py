@@ -1,0 +1,190 @@
+"""The generation store: every ``/generate`` exchange made for one target, kept once, by request digest.
+
+``<root>/generations/<model>/`` holds the logs (:mod:`.log`) of every process that generated for
+that model (:attr:`~eagle3_raw.identity.Target.model_digest`), whatever set or recipe it worked
+for, and ``target.json`` saying which model that is. A generation is found by its request digest;
+an input key (the memo of :mod:`eagle3_raw.identity`) leads to the digest of the request it
+produced, so a rerun with unchanged inputs needs no rendering.
+
+:class:`GenerationIndex` is a snapshot of the store's index files: sorted numpy columns, about 60
+bytes per generation, no row data. Lookups are binary searches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from eagle3_raw.journal.files import make_private_dir, replace_durably
+from eagle3_raw.journal.log import (
+    LogKind,
+    LogWriter,
+    RecordReader,
+    entry_dtype,
+    entry_offsets,
+    log_files,
+    read_entries,
+)
+from eagle3_raw.journal.records import (
+    ALIAS,
+    GEN_FIXED,
+    GENERATION,
+    MAGIC_GENERATION,
+    Generation,
+    decode_generation,
+    encode_alias,
+    encode_generation,
+    generation_keys,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from eagle3_raw.identity import Target
+
+GENERATION_LOG = LogKind(MAGIC_GENERATION, GEN_FIXED.size, generation_keys)
+_PREFIX = "gen"
+
+
+def generations_dir(root: Path, target: Target) -> Path:
+    """The folder of ``target``'s model's generations under the journal root ``root``."""
+    return root / "generations" / target.model_digest.hex()
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a generation's record is."""
+
+    path: Path
+    offset: int
+    length: int
+
+
+class GenerationIndex:
+    """A snapshot of a generation folder's index files (see the module docstring)."""
+
+    def __init__(self, directory: Path) -> None:
+        import numpy as np
+
+        files = log_files(directory, _PREFIX) if directory.is_dir() else []
+        parts = [read_entries(path.with_suffix(".idx")) for path in files]
+        self.files = files
+        entries = np.concatenate(parts) if parts else np.zeros(0, entry_dtype())
+        self._file = np.concatenate(
+            [np.full(len(p), n, np.uint16) for n, p in enumerate(parts)] or [np.zeros(0, np.uint16)]
+        )
+        self._offset, kinds = entry_offsets(entries)
+        self._length = entries["length"]
+        self._digest = entries["key1"].view("S16")
+        self._key = entries["key2"].view("S16")
+        generated = np.flatnonzero(kinds == GENERATION)
+        # Generations by digest (first record wins: lowest file, then offset), and every record by key.
+        self._by_digest = generated[np.argsort(self._digest[generated], kind="stable")]
+        self._by_key = np.argsort(self._key, kind="stable")
+        self._sorted_digests = self._digest[self._by_digest]
+        self._sorted_keys = self._key[self._by_key]
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (
+            self._file, self._offset, self._length, self._digest, self._key,
+            self._by_digest, self._by_key, self._sorted_digests, self._sorted_keys,
+        )  # fmt: skip
+        return sum(a.nbytes for a in arrays)
+
+    def locate(self, digest: bytes) -> Location | None:
+        """Where the generation of ``digest`` is, or None if the store has none."""
+        position = _find(self._sorted_digests, self._by_digest, digest)
+        if position is None:
+            return None
+        return Location(
+            self.files[int(self._file[position])], int(self._offset[position]), int(self._length[position])
+        )
+
+    def has(self, digests: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        """For each of ``digests`` (an ``S16`` array), whether the store has its generation."""
+        import numpy as np
+
+        return np.isin(digests, self._sorted_digests)
+
+    def memo(self, input_key: bytes) -> bytes | None:
+        """The digest of the request ``input_key`` produced, if one is journaled with its generation."""
+        position = _find(self._sorted_keys, self._by_key, input_key)
+        if position is None:
+            return None
+        digest = bytes(self._digest[position]).ljust(16, b"\0")
+        return digest if self.locate(digest) is not None else None
+
+
+def _find(ordered: npt.NDArray[Any], order: npt.NDArray[Any], value: bytes) -> int | None:
+    """The position (in the unsorted columns) of ``value`` in ``ordered`` (= column[order]), or None."""
+    import numpy as np
+
+    sought = np.array(value, dtype="S16")
+    at = int(np.searchsorted(ordered, sought))
+    if at < len(ordered) and ordered[at] == sought:
+        return int(order[at])
+    return None
+
+
+class GenerationStore:
+    """Writing a target's generations (one log per process) and reading them back."""
+
+    def __init__(self, directory: Path, target: Target | None = None) -> None:
+        self.directory = directory
+        self._target = target
+        self._writer: LogWriter | None = None
+        self._reader = RecordReader(MAGIC_GENERATION)
+
+    def open_writer(self, *, flush_interval: float = 1.0) -> None:
+        """Become a writer of this store (a log of this process's own)."""
+        make_private_dir(self.directory)
+        if self._target is not None and not (self.directory / "target.json").exists():
+            data = orjson.dumps(self._target.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+            replace_durably(self.directory / "target.json", data)
+        self._writer = LogWriter(self.directory, _PREFIX, GENERATION_LOG, flush_interval=flush_interval)
+
+    @property
+    def writer(self) -> LogWriter:
+        assert self._writer is not None, "open_writer() first"
+        return self._writer
+
+    def put(
+        self, digest: bytes, input_key: bytes, prompt_ids: Sequence[int], output_ids: Sequence[int],
+        info: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        """Journal one generation (durable with the next flush)."""
+        record = encode_generation(digest, input_key, prompt_ids, output_ids, info)
+        self.writer.append(record, digest, input_key, GENERATION)
+
+    def alias(self, digest: bytes, input_key: bytes) -> None:
+        """Journal that ``input_key`` produced the request already journaled under ``digest``."""
+        self.writer.append(encode_alias(digest, input_key), digest, input_key, ALIAS)
+
+    def index(self) -> GenerationIndex:
+        """A snapshot of everything journaled here (this process's records flushed first)."""
+        if self._writer is not None:
+            self._writer.flush()
+        return GenerationIndex(self.directory)
+
+    def read(self, location: Location) -> Generation:
+        return decode_generation(self._reader.read(location.path, location.offset, location.length))
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            self._reader.close()

@@ -1,0 +1,37 @@
+"""What a reference server started with some options would report about itself, without starting it.
+
+A recipe with ``server.launch: reference`` names its target before any server runs (the set's
+config id is known when ``load_dataset`` is called): this builds the same :class:`ServerState` the
+server would, from the same options, and reads its ``/model_info``, ``/server_info`` and
+``/v1/models`` answers off it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+
+def reported_identity(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(``/model_info``, ``/server_info``, ``/v1/models`` ``max_model_len``) of a reference server
+    started with ``args``; ``ValueError`` for options the server would refuse."""
+    from eagle3_raw.reference.cli import add_arguments, config_from_args
+    from eagle3_raw.reference.server.info import Info
+    from eagle3_raw.reference.server.model import Model
+    from eagle3_raw.reference.server.state import ServerState
+
+    parser = argparse.ArgumentParser(exit_on_error=False, add_help=False)
+    add_arguments(parser)
+    try:
+        namespace = parser.parse_args(list(args))
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise ValueError(f"reference server options {list(args)}: {exc}") from None
+    config = dataclasses.replace(config_from_args(namespace), ledger=None, faults=None)
+    model = Model(
+        config.model_path, tokenizer=False, context_length=config.context_length,
+        weight_version=config.weight_version,
+    )  # fmt: skip
+    info = Info(ServerState(config, model))
+    return info.model_info_dict(), info.server_info_dict(), model.context_len
