@@ -134,7 +134,7 @@ def set_config_id(recipe: Recipe, target: Target) -> str:
     digest = _sha(
         b"eagle3_raw/set/1", recipe.fingerprint.encode(), target.id.encode(), code_digest().encode()
     )
-    return f"{recipe.name}-{digest.hex()}"
+    return f"{recipe.name}-{digest.hex()[:16]}"
 
 
 @functools.cache

@@ -282,7 +282,8 @@ class _Build:
         index = journal.generation_index()
         done = journal.done_keys(index)
         failed = journal.failed_keys(done)
-        self.stats.replayed = len(done)
+        shard = self.options.shard
+        self.stats.replayed = int(np.count_nonzero((done >> 24) % shard.count == shard.index))  # this shard's
         exclude = KeySet(np.union1d(done, failed))
         return Planner(
             self.recipe, renderer, self.target, shard=self.options.shard, exclude=exclude, index=index
@@ -488,11 +489,13 @@ def assemble(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
     config_id = set_config_id(recipe, target)
     directory = set_dir(options.root, config_id)
     partial = None
-    try:
-        check_whole(directory)
-    except FatalError:
-        if not options.partial or not (directory / "manifest.json").exists():
-            raise
-        partial = missing(directory)
+    if not (directory / "manifest.json").exists():
+        check_whole(directory)  # raises, saying how to build the set first
     with Journal.read(options.root, config_id) as journal:
+        try:
+            check_whole(directory, journal.outcome_keys())
+        except FatalError:
+            if not options.partial:
+                raise
+            partial = missing(directory)
         return RunResult(directory, summarize(journal, recipe, RunStats()), config_id, target, partial)

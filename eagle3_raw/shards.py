@@ -21,7 +21,8 @@ from eagle3_raw.journal.files import read_bytes, replace_durably
 from eagle3_raw.plan import Shard
 
 if TYPE_CHECKING:
-    from eagle3_raw.journal.sets import Entries
+    import numpy as np
+    import numpy.typing as npt
 
 _MARKER = re.compile(r"^complete-(\d+)-of-(\d+)\.json$")
 
@@ -63,12 +64,13 @@ def missing(set_dir: Path) -> str:
     return "; ".join(parts) or "no shard has finished"
 
 
-def check_whole(set_dir: Path, entries: Entries | None = None) -> int:
+def check_whole(set_dir: Path, keys: npt.NDArray[np.int64] | None = None) -> int:
     """The shard count N if the set is whole; FatalError saying what is missing otherwise.
 
     Whole: every shard 0..N-1 has its marker, and for each the outcomes readable now cover at least
     the row keys its marker counts (a shard whose files were not copied, or not all of them, is
-    caught here rather than merged short).
+    caught here rather than merged short). ``keys``: the packed keys with an outcome that counts
+    (:meth:`~eagle3_raw.journal.Journal.outcome_keys`); without it, every key with an outcome.
     """
     if not (set_dir / "manifest.json").exists():
         raise FatalError(
@@ -81,17 +83,17 @@ def check_whole(set_dir: Path, entries: Entries | None = None) -> int:
             f"the journal {set_dir} is not complete ({missing(set_dir)}); finish the missing shards, "
             "or merge anyway with --force (the set is then marked partial)"
         )
-    _check_counts(set_dir, count, entries)
+    _check_counts(set_dir, count, keys)
     return count
 
 
-def _check_counts(set_dir: Path, count: int, entries: Entries | None) -> None:
+def _check_counts(set_dir: Path, count: int, keys: npt.NDArray[np.int64] | None) -> None:
     import numpy as np
 
     from eagle3_raw.journal.sets import SetJournal
 
-    entries = entries or SetJournal.read(set_dir).entries()
-    keys = np.unique(entries.packed)
+    if keys is None:
+        keys = np.unique(SetJournal.read(set_dir).entries().packed)
     indexes = keys >> 24
     for shard, marker in completed(set_dir)[count].items():
         expected = int(marker.get("keys", 0))

@@ -22,6 +22,7 @@ from eagle3_raw.plan import derive_seed
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.model_files import load_tokenizer
 from eagle3_raw.resources import reference_model_dir
+from eagle3_raw.run import journal_dir_for
 from tests.helpers import CHATS, generations, reference_server, rid_row_id, write_jsonl, write_recipe
 
 EOS = 6139
@@ -117,7 +118,7 @@ def test_malformed_rows_are_reported_and_the_run_goes_on(tmp_path: Path) -> None
     with reference_server(tmp_path) as (server, _ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url])
         rows = _load(recipe, tmp_path)
-        journal = Journal.read(tmp_path / "journals" / load_recipe(recipe).config_id)
+        journal = Journal.read_dir(journal_dir_for(load_recipe(recipe), tmp_path / "journals"))
     assert sorted(rows["source_id"]) == ["plain-1", "plain-2"]
     failures = {f["id"]: f for f in journal.failures()}
     assert set(failures) == {row["id"] for row in bad}

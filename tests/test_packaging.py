@@ -6,17 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from eagle3_raw.identity import set_config_id
 from eagle3_raw.recipe import load_recipe
+from eagle3_raw.target import reference_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
 CHECK = """
 import eagle3_raw, eagle3_raw.resources as r
 import eagle3_raw.builder, eagle3_raw.hub, eagle3_raw.journal, eagle3_raw.reference.server, eagle3_raw.cli
+from eagle3_raw.identity import set_config_id
 from eagle3_raw.recipe import load_recipe
+from eagle3_raw.target import reference_target
 assert "site" in eagle3_raw.__file__ or "target" in eagle3_raw.__file__, eagle3_raw.__file__
 print(sorted(p.name for p in r.dataset_cards_dir().iterdir()))
-print(load_recipe("demo").config_id)
+from eagle3_raw.identity import set_config_id
+from eagle3_raw.target import reference_target
+print(set_config_id(load_recipe("demo"), reference_target(load_recipe("demo").server.launch_args)))
 print((r.reference_model_dir() / "tokenizer.json").is_file())
 """
 
@@ -35,4 +41,6 @@ def test_wheel_ships_cards_recipes_and_reference_model(tmp_path: Path) -> None:
     cards, config_id, tokenizer = result.stdout.splitlines()
     assert "config_section.md.j2" in cards and "intro.md.j2" in cards
     assert tokenizer == "True"
-    assert config_id == load_recipe("demo").config_id  # same files, same fingerprint, wherever installed
+    demo = load_recipe("demo")
+    # same files and code, same reference model: the same config id wherever installed
+    assert config_id == set_config_id(demo, reference_target(demo.server.launch_args))

@@ -26,7 +26,7 @@ def test_summary_lists_counts_and_top_reasons() -> None:
     assert "rows              90" in text and "finish reasons    length: 10, stop: 80" in text
     assert "skipped           3" in text and "3 x prompt has 5000 tokens" in text
     assert "failed            1" in text and "generated tok/s   5,000" in text
-    assert "new rows          40 (this run" in text
+    assert "new rows          40 (generated this run" in text
     assert summary.to_dict()["generated_tokens_per_s"] == 5000.0
 
 

@@ -267,5 +267,5 @@ def test_preferred_sampling_params_that_cannot_change_a_row_are_accepted(tmp_pat
     with (
         reference_server(tmp_path, "--preferred-sampling-params", '{"n": 2}') as (server, _),
         pytest.raises(ServerMismatch, match=r"n=2\); .*: restart the server without them"),
-    ):
-        _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path)
+    ):  # a new journal: the set above is whole, and reading it back asks no server
+        _run(write_recipe(tmp_path, endpoints=[server.url]), tmp_path, journal_dir=tmp_path / "other")

@@ -17,7 +17,7 @@ from eagle3_raw.journal import Journal
 from eagle3_raw.plan import Shard
 from eagle3_raw.recipe import RecipeError, load_recipe
 from eagle3_raw.run import journal_dir_for
-from eagle3_raw.shards import check_merge_ready, mark_complete
+from eagle3_raw.shards import check_whole, mark_complete
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 
 
@@ -79,12 +79,13 @@ def test_merge_refuses_an_incomplete_journal(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
     directory = journal_dir_for(load_recipe(recipe), tmp_path / "j")
     with pytest.raises(FatalError, match=r"missing \[0\]"):
-        check_merge_ready(directory)
+        check_whole(directory)
     refused = _cli("merge", str(recipe), "--journal-dir", str(tmp_path / "j"))
     assert refused.returncode == 1 and "--force" in refused.stderr
     forced = _cli("merge", str(recipe), "--journal-dir", str(tmp_path / "j"), "--force",
                   "--cache-dir", str(tmp_path / "c"))  # fmt: skip
     assert forced.returncode == 0 and "rows              2" in forced.stdout
+    assert "PARTIAL set (of 2: missing [0])" in forced.stdout
     with reference_server(tmp_path) as (server, _):
         other = _cli("build", str(recipe), "--shard", "0/2", "--quiet", "--journal-dir", str(tmp_path / "j"),
                      "--set", f"server.endpoints=[{server.url}]")  # fmt: skip
@@ -111,7 +112,7 @@ def test_a_shard_is_marked_complete_only_once_its_rows_are_on_disk(
     on_disk: list[int] = []
 
     def checking(journal_dir: Path, shard: Shard, counts: dict[str, Any]) -> Path:
-        on_disk.append(len(Journal.read(journal_dir).done()))  # what another process sees now
+        on_disk.append(len(Journal.read_dir(journal_dir).done_keys()))  # what another process sees now
         return mark_complete(journal_dir, shard, counts)
 
     monkeypatch.setattr(run_module, "mark_complete", checking)

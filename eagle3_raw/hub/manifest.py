@@ -62,7 +62,7 @@ def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | 
     from eagle3_raw.journal import Journal
 
     try:
-        with Journal.read(journal_dir.parent.parent, journal_dir.name) as journal:
+        with Journal.read_dir(journal_dir) as journal:
             return dict(journal.manifest), journal.stats()
     except JournalError as exc:
         _log.warning(

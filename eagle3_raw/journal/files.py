@@ -54,19 +54,24 @@ def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
 
 
-def make_private_dir(directory: Path) -> None:
-    """Create ``directory`` (0700, with its missing parents) durably, or check an existing one.
+def make_private_dir(directory: Path, root: Path) -> None:
+    """Create ``directory`` (0700, with its missing parents) durably, and check it and every folder
+    between it and the journal ``root`` (inclusive).
 
-    JournalError when it exists but is not a real folder, belongs to another user, or others may
-    write it: another user could then plant files a build would take as its own.
+    JournalError when one of them is not a real folder, belongs to another user, or others may
+    write it: another user could then plant files (or links) a build would take as its own.
     """
     with guard("create the journal directory", directory):
-        if not os.path.lexists(directory):
-            missing = [d for d in (directory, *directory.parents) if not d.exists()]
-            directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            for created in missing:  # deepest first: each new directory's entry in its parent
-                fsync_dir(created.parent)  # fsync point
-        check_private_dir(directory)
+        missing = [d for d in (directory, *directory.parents) if not os.path.lexists(d)]
+        for created in reversed(missing):  # outermost first, each 0700 (umask cannot widen it)
+            with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+                created.mkdir(mode=DIR_MODE)
+        for created in missing:  # deepest first: each new directory's entry in its parent
+            fsync_dir(created.parent)  # fsync point
+    for level in (directory, *directory.parents):
+        check_private_dir(level)
+        if level == root:
+            break
 
 
 def check_private_dir(directory: Path) -> None:

@@ -139,6 +139,7 @@ class GenerationStore:
     """Writing a target's generations (one log per process) and reading them back."""
 
     def __init__(self, directory: Path, target: Target | None = None) -> None:
+        """``directory`` is ``generations_dir(root, target)``."""
         self.directory = directory
         self._target = target
         self._writer: LogWriter | None = None
@@ -146,7 +147,7 @@ class GenerationStore:
 
     def open_writer(self, *, flush_interval: float = 1.0) -> None:
         """Become a writer of this store (a log of this process's own)."""
-        make_private_dir(self.directory)
+        make_private_dir(self.directory, self.directory.parent.parent)
         if self._target is not None and not (self.directory / "target.json").exists():
             data = orjson.dumps(self._target.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
             replace_durably(self.directory / "target.json", data)

@@ -100,7 +100,7 @@ class SetJournal:
         Refuses (JournalError) a directory whose manifest is of another set, a shard another process
         is writing, and a directory that cannot be written or that another user could write.
         """
-        make_private_dir(directory)
+        make_private_dir(directory, directory.parent.parent)
         journal = cls(directory, open_manifest(directory, fresh))
         try:
             journal._shard_lock = _lock_shard(directory, shard)

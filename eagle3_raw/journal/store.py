@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Generation, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
@@ -80,6 +79,11 @@ class Journal:
         sets = SetJournal.read(set_dir(root, config_id))
         target = Target.from_dict(sets.manifest["target"])
         return cls(root, sets, GenerationStore(generations_dir(root, target)))
+
+    @classmethod
+    def read_dir(cls, directory: Path) -> Journal:
+        """Open the set journal folder ``directory`` (``<root>/sets/<config id>``) to read."""
+        return cls.read(directory.parent.parent, directory.name)
 
     @property
     def directory(self) -> Path:
@@ -147,6 +151,16 @@ class Journal:
         present = index.has(entries.digest[firsts])
         return np.unique(entries.packed[firsts][present])
 
+    def outcome_keys(self) -> npt.NDArray[np.int64]:
+        """Packed keys with an outcome that counts: a row whose generation is in the store, or a
+        failure (what a shard's completion marker counted)."""
+        import numpy as np
+
+        from eagle3_raw.journal.records import FAILURE
+
+        entries = self.sets.entries()
+        return np.union1d(self.done_keys(), entries.packed[entries.kind == FAILURE])
+
     def failed_keys(self, done: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Packed keys whose current failure is ``failed`` (not asked again unless --retry-failed)."""
         import numpy as np
@@ -162,17 +176,13 @@ class Journal:
         self.flush()
         entries = self.sets.entries()
         index = self.generation_index()
-        for chunk in iter_positions(entries.first_rows(), 2048):
+        firsts = entries.first_rows()
+        present = firsts[index.has(entries.digest[firsts])]  # a row counts once its generation is in
+        for chunk in iter_positions(present, 2048):
             for position in chunk:
                 outcome = self.sets.read_outcome(entries, int(position))
                 location = index.locate(outcome.digest)
-                if location is None:
-                    name = row_id(str(outcome.info.get("source_id")), outcome.turn, outcome.sample)
-                    raise JournalError(
-                        f"{self.directory}: row {name} names a generation that is not in "
-                        f"{self.generations.directory} (its files were moved or removed); run the build "
-                        "again to generate it"
-                    )
+                assert location is not None
                 yield outcome, location
 
     def iter_tables(self, batch_rows: int = 1000) -> Iterator[pa.Table]:
