@@ -1,4 +1,4 @@
-"""The hand-over from the planning thread to the workers (run._JobFeed)."""
+"""The hand-over from the planning thread to the workers (feed.JobFeed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 from eagle3_raw.plan import Skip
 from eagle3_raw.rows import RowKey
-from eagle3_raw.run import _JobFeed
+from eagle3_raw.feed import JobFeed
 
 
 def _items(count: int) -> list[Skip]:
@@ -15,7 +15,7 @@ def _items(count: int) -> list[Skip]:
 
 
 async def test_every_idle_worker_gets_an_item_from_one_chunk() -> None:
-    feed = _JobFeed(threading.Event(), maxsize=64)
+    feed = JobFeed(threading.Event(), maxsize=64)
     loop = asyncio.get_running_loop()
     waiting = [asyncio.ensure_future(feed.next()) for _ in range(10)]
     await asyncio.sleep(0)
@@ -27,11 +27,11 @@ async def test_every_idle_worker_gets_an_item_from_one_chunk() -> None:
 
 async def test_the_end_reaches_every_worker_and_a_stopped_run_unblocks_the_producer() -> None:
     stop = threading.Event()
-    feed = _JobFeed(stop, maxsize=2)
+    feed = JobFeed(stop, maxsize=2)
     loop = asyncio.get_running_loop()
     await asyncio.to_thread(feed.put_threadsafe, None, loop)
     assert [await feed.next() for _ in range(3)] == [None, None, None]
-    blocked = _JobFeed(stop, maxsize=1)
+    blocked = JobFeed(stop, maxsize=1)
     producer = asyncio.ensure_future(asyncio.to_thread(blocked.put_threadsafe, _items(5), loop))
     await asyncio.sleep(0.3)
     assert not producer.done()  # backpressure: the queue is full

@@ -20,15 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw.journal.files import make_private_dir, replace_durably
-from eagle3_raw.journal.log import (
-    LogKind,
-    LogWriter,
-    RecordReader,
-    entry_dtype,
-    entry_offsets,
-    log_files,
-    read_entries,
-)
+from eagle3_raw.journal.log import LogKind, LogWriter, RecordReader, entry_columns, log_files
 from eagle3_raw.journal.records import (
     ALIAS,
     GEN_FIXED,
@@ -66,73 +58,65 @@ class Location:
 
 
 class GenerationIndex:
-    """A snapshot of a generation folder's index files (see the module docstring)."""
+    """A snapshot of a generation folder's index files (see the module docstring).
+
+    Columns, about 62 bytes a record: generations sorted by digest (first record wins: lowest file,
+    then offset) with their locations, and every record's input key sorted, with its digest.
+    """
 
     def __init__(self, directory: Path) -> None:
         import numpy as np
 
-        files = log_files(directory, _PREFIX) if directory.is_dir() else []
-        parts = [read_entries(path.with_suffix(".idx")) for path in files]
-        self.files = files
-        entries = np.concatenate(parts) if parts else np.zeros(0, entry_dtype())
-        self._file = np.concatenate(
-            [np.full(len(p), n, np.uint16) for n, p in enumerate(parts)] or [np.zeros(0, np.uint16)]
-        )
-        self._offset, kinds = entry_offsets(entries)
-        self._length = entries["length"]
-        self._digest = entries["key1"].view("S16")
-        self._key = entries["key2"].view("S16")
-        generated = np.flatnonzero(kinds == GENERATION)
-        # Generations by digest (first record wins: lowest file, then offset), and every record by key.
-        self._by_digest = generated[np.argsort(self._digest[generated], kind="stable")]
-        self._by_key = np.argsort(self._key, kind="stable")
-        self._sorted_digests = self._digest[self._by_digest]
-        self._sorted_keys = self._key[self._by_key]
+        self.files = log_files(directory, _PREFIX) if directory.is_dir() else []
+        c = entry_columns(self.files)
+        generated = np.flatnonzero(c["kind"] == GENERATION)
+        order = generated[np.argsort(c["key1"][generated], kind="stable")]
+        self._digests = c["key1"][order]
+        self._file, self._offset, self._length = c["file"][order], c["offset"][order], c["length"][order]
+        del order, generated, c["file"], c["offset"], c["length"], c["kind"]
+        by_key = np.argsort(c["key2"], kind="stable")
+        self._keys, self._key_digests = c["key2"][by_key], c["key1"][by_key]
 
     def __len__(self) -> int:
-        return len(self._by_digest)
+        return len(self._digests)
 
     @property
     def nbytes(self) -> int:
-        arrays = (
-            self._file, self._offset, self._length, self._digest, self._key,
-            self._by_digest, self._by_key, self._sorted_digests, self._sorted_keys,
-        )  # fmt: skip
+        arrays = (self._digests, self._file, self._offset, self._length, self._keys, self._key_digests)
         return sum(a.nbytes for a in arrays)
 
     def locate(self, digest: bytes) -> Location | None:
         """Where the generation of ``digest`` is, or None if the store has none."""
-        position = _find(self._sorted_digests, self._by_digest, digest)
-        if position is None:
+        at = _find(self._digests, digest)
+        if at is None:
             return None
-        return Location(
-            self.files[int(self._file[position])], int(self._offset[position]), int(self._length[position])
-        )
+        return Location(self.files[int(self._file[at])], int(self._offset[at]), int(self._length[at]))
 
     def has(self, digests: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
         """For each of ``digests`` (an ``S16`` array), whether the store has its generation."""
         import numpy as np
 
-        return np.isin(digests, self._sorted_digests)
+        at = np.searchsorted(self._digests, digests)  # not np.isin: it sorts a copy of both
+        found = at < len(self._digests)
+        found[found] = self._digests[at[found]] == digests[found]
+        return found
 
     def memo(self, input_key: bytes) -> bytes | None:
         """The digest of the request ``input_key`` produced, if one is journaled with its generation."""
-        position = _find(self._sorted_keys, self._by_key, input_key)
-        if position is None:
+        at = _find(self._keys, input_key)
+        if at is None:
             return None
-        digest = bytes(self._digest[position]).ljust(16, b"\0")
+        digest = bytes(self._key_digests[at]).ljust(16, b"\0")  # numpy drops trailing NULs of S16
         return digest if self.locate(digest) is not None else None
 
 
-def _find(ordered: npt.NDArray[Any], order: npt.NDArray[Any], value: bytes) -> int | None:
-    """The position (in the unsorted columns) of ``value`` in ``ordered`` (= column[order]), or None."""
+def _find(ordered: npt.NDArray[Any], value: bytes) -> int | None:
+    """The position of ``value`` in the sorted ``S16`` column ``ordered``, or None."""
     import numpy as np
 
     sought = np.array(value, dtype="S16")
     at = int(np.searchsorted(ordered, sought))
-    if at < len(ordered) and ordered[at] == sought:
-        return int(order[at])
-    return None
+    return at if at < len(ordered) and ordered[at] == sought else None
 
 
 class GenerationStore:
@@ -182,6 +166,9 @@ class GenerationStore:
     def flush(self) -> None:
         if self._writer is not None:
             self._writer.flush()
+
+    def close_readers(self) -> None:
+        self._reader.close()
 
     def close(self) -> None:
         try:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.files import (
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 ENTRY = struct.Struct("<16s16sQII")  # key1, key2, offset << 8 | type, length, check word
 _CHECKED_WORDS = 11  # the check word covers the first 44 bytes
+_CHECK_CHUNK = 8192
 _READ_BUFFER = 1 << 20
 _FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -110,10 +111,36 @@ def valid_entries(data: bytes) -> int:
     count = len(data) // ENTRY.size
     words = np.frombuffer(data, "<u4", count=count * ENTRY.size // 4).reshape(count, ENTRY.size // 4)
     weights = 2 * np.arange(_CHECKED_WORDS, dtype=np.uint64) + 0x01000193
-    sums = (words[:, :_CHECKED_WORDS].astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
-    good = ((sums + 0x9E3779B9) & 0xFFFFFFFF) == words[:, _CHECKED_WORDS]
-    bad = np.flatnonzero(~good)
-    return int(bad[0]) if len(bad) else count
+    for start in range(0, count, _CHECK_CHUNK):  # in chunks: the uint64 products are 88 bytes an entry
+        chunk = words[start : start + _CHECK_CHUNK]
+        sums = (chunk[:, :_CHECKED_WORDS].astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+        bad = np.flatnonzero(((sums + 0x9E3779B9) & 0xFFFFFFFF) != chunk[:, _CHECKED_WORDS])
+        if len(bad):
+            return start + int(bad[0])
+    return count
+
+
+def entry_columns(paths: list[Path]) -> dict[str, npt.NDArray[Any]]:
+    """The columns of the index files ``paths`` (their data files' ``.idx``), concatenated: ``key1``,
+    ``key2`` (``S16``), ``file`` (position in ``paths``), ``offset``, ``kind``, ``length``. One
+    file's bytes are in memory at a time."""
+    import numpy as np
+
+    parts: dict[str, list[npt.NDArray[Any]]] = {
+        n: [] for n in ("key1", "key2", "file", "offset", "kind", "length")
+    }
+    for number, path in enumerate(paths):
+        entries = read_entries(path.with_suffix(".idx"))
+        offset, kind = entry_offsets(entries)
+        parts["key1"].append(entries["key1"].view("S16").copy())
+        parts["key2"].append(entries["key2"].view("S16").copy())
+        parts["file"].append(np.full(len(entries), number, np.uint16))
+        parts["offset"].append(offset)
+        parts["kind"].append(kind)
+        parts["length"].append(entries["length"].copy())
+        del entries
+    empty = {"key1": "S16", "key2": "S16", "file": "u2", "offset": "u8", "kind": "u1", "length": "u4"}
+    return {n: np.concatenate(p) if p else np.zeros(0, np.dtype(empty[n])) for n, p in parts.items()}
 
 
 def entry_offsets(entries: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.files import lock_holder, make_private_dir, try_lock
-from eagle3_raw.journal.log import LogKind, LogWriter, RecordReader, entry_offsets, log_files, read_entries
+from eagle3_raw.journal.log import LogKind, LogWriter, RecordReader, entry_columns, log_files
 from eagle3_raw.journal.manifest import open_manifest, read_manifest, update_manifest
 from eagle3_raw.journal.records import (
     FAILURE,
@@ -157,6 +157,9 @@ class SetJournal:
         if self._writer is not None:
             self._writer.flush()
 
+    def close_readers(self) -> None:
+        self._reader.close()
+
     def close(self) -> None:
         try:
             if self._writer is not None:
@@ -184,25 +187,14 @@ class SetJournal:
 
         self.flush()
         files = log_files(self.directory, "out")
-        parts = [read_entries(path.with_suffix(".idx")) for path in files]
-        if parts:
-            entries = np.concatenate(parts)
-        else:
-            from eagle3_raw.journal.log import entry_dtype
-
-            entries = np.zeros(0, entry_dtype())
-        keys = entries["key1"].view([("index", "<i8"), ("turn", "<i4"), ("sample", "<i4")])
-        packed = pack_keys(
-            keys["index"].astype(np.int64), keys["turn"].astype(np.int64), keys["sample"].astype(np.int64)
-        )
-        file = np.concatenate(
-            [np.full(len(p), n, np.uint16) for n, p in enumerate(parts)] or [np.zeros(0, np.uint16)]
-        )
-        offset, kind = entry_offsets(entries)
-        order = np.lexsort((offset, file, packed))  # by key, then file, then offset: the first wins
+        c = entry_columns(files)
+        keys = c.pop("key1").view("V16").view([("index", "<i8"), ("turn", "<i4"), ("sample", "<i4")])
+        packed = pack_keys(keys["index"], keys["turn"].astype(np.int64), keys["sample"].astype(np.int64))
+        del keys
+        order = np.lexsort((c["offset"], c["file"], packed))  # by key, then file, then offset: first wins
         return Entries(
-            packed[order], entries["key2"].view("S16")[order], kind[order], file[order], offset[order],
-            entries["length"][order], files,
+            packed[order], c["key2"][order], c["kind"][order], c["file"][order], c["offset"][order],
+            c["length"][order], files,
         )  # fmt: skip
 
     def read_outcome(self, entries: Entries, position: int) -> Outcome:

@@ -173,6 +173,13 @@ class Journal:
     # --- reading -----------------------------------------------------------------------------------
 
     def _rows(self) -> Iterator[tuple[Outcome, Location]]:
+        try:
+            yield from self._present_rows()
+        finally:  # no descriptor outlives an iteration (a reader may be on a mount about to go)
+            self.sets.close_readers()
+            self.generations.close_readers()
+
+    def _present_rows(self) -> Iterator[tuple[Outcome, Location]]:
         self.flush()
         entries = self.sets.entries()
         index = self.generation_index()
@@ -212,7 +219,10 @@ class Journal:
 
     def failures(self) -> list[dict[str, Any]]:
         """The current failure of every key that has one and no row, in key order."""
-        return self.sets.failures()
+        try:
+            return self.sets.failures()
+        finally:
+            self.sets.close_readers()
 
     def stats(self) -> dict[str, Any]:
         """Counts: ``rows``, ``prompt_tokens``, ``generated_tokens``, ``finish_reasons`` {reason: rows},
