@@ -360,7 +360,7 @@ class _Writer:
         return segment if pair is None else [*segment[:at], *pair, *segment[at + 1 :]]
 
 
-def _collect(stream: Iterator[list[int]], params: EngineParams, eos: int) -> EngineOutput:
+def collect(stream: Iterator[list[int]], params: EngineParams, eos: int) -> EngineOutput:
     """Cut ``stream`` at a stop id (at or after ``min_new_tokens``) or at ``max_new_tokens``."""
     stops = frozenset() if params.ignore_eos else params.stop_token_ids | {eos}
     out: list[int] = []
@@ -414,4 +414,4 @@ class ReferenceEngine:
             return EngineOutput([], "length", None)
         prompt = _read_prompt(input_ids, self._specials)
         writer = _Writer(self._library, self._specials, prompt, params)
-        return _collect(writer.stream(), params, self.eos_token_id)
+        return collect(writer.stream(), params, self.eos_token_id)

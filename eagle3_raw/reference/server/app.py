@@ -73,7 +73,10 @@ def build_app(state: ServerState) -> web.Application:
 async def serve(config: ServerConfig, *, ready: Callable[[str], None] | None = None) -> None:
     """Load the model, serve until cancelled (SIGINT/SIGTERM), then close cleanly."""
     model = Model(
-        config.model_path, tokenizer=not config.skip_tokenizer_init, context_length=config.context_length
+        config.model_path,
+        tokenizer=not config.skip_tokenizer_init,
+        context_length=config.context_length,
+        chat_template=config.chat_template,
     )
     state = ServerState(config, model)
     runner = web.AppRunner(build_app(state), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)

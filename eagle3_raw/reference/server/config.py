@@ -36,6 +36,9 @@ class ServerConfig:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    chat_template: Path | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
 
     @property
     def reserved_tokens(self) -> int:
