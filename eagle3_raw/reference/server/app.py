@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eagle3_raw.reference.server import parsing
 from eagle3_raw.reference.server.config import ServerConfig
 from eagle3_raw.reference.server.generate import Generate
 from eagle3_raw.reference.server.info import Info
@@ -63,6 +64,8 @@ def build_app(state: ServerState) -> web.Application:
         ("POST", "/detokenize", utility.detokenize), ("POST", "/v1/detokenize", utility.detokenize),
         ("GET", "/flush_cache", utility.flush_cache), ("POST", "/flush_cache", utility.flush_cache),
         ("POST", "/abort_request", utility.abort_request),
+        ("POST", "/separate_reasoning", parsing.separate_reasoning),
+        ("POST", "/parse_function_call", parsing.parse_function_call),
         ("GET", "/reference/stats", info.stats), ("POST", "/reference/stats/reset", info.reset_stats),
     ]  # fmt: skip
     for method, path, handler in routes:

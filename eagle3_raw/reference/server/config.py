@@ -9,6 +9,7 @@ from typing import Any
 
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
+from eagle3_raw.reference.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
 
 @dataclass(frozen=True)
@@ -65,5 +66,13 @@ class ServerConfig:
                 "--speculative-algorithm EAGLE/EAGLE3 needs --speculative-num-steps and "
                 "--speculative-eagle-topk, or --speculative-num-draft-tokens"
             )
+        _check_parser("--reasoning-parser", self.reasoning_parser, REASONING_PARSER_NAMES)
+        _check_parser("--tool-call-parser", self.tool_call_parser, TOOL_CALL_PARSER_NAMES)
         if self.max_queued_requests is not None and self.slots is None:
             raise ValueError("--max-queued-requests needs capacity mode (--slots, --ms-per-token)")
+
+
+def _check_parser(option: str, name: str | None, names: tuple[str, ...]) -> None:
+    """SGLang's choices for the parser flags (``server_args``)."""
+    if name is not None and name not in names:
+        raise ValueError(f"{option}: unknown parser {name!r}; SGLang 0.5.23 has {', '.join(names)}")
