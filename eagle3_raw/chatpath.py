@@ -47,7 +47,7 @@ import copy
 import functools
 import re
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +74,7 @@ __all__ = [
     "body_options",
     "normalize_request",
     "read_template_file",
+    "render_ids",
     "render_prompt_ids",
     "resolve_template",
     "template_content_format",
@@ -543,8 +544,3 @@ def _prefix_ids(tokenizer: PreTrainedTokenizerBase, prefix: str) -> list[int]:
     """``_append_assistant_prefix_to_prompt_ids``: the prefix encoded with defaults, minus a BOS."""
     ids = list(tokenizer.encode(prefix))
     return ids[1:] if ids and ids[0] == tokenizer.bos_token_id else ids
-
-
-def messages_for_template(render: ChatRender) -> Sequence[Mapping[str, Any]]:
-    """The messages exactly as the template receives them (a copy)."""
-    return copy.deepcopy(render.messages)
