@@ -26,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     sglang.add_argument("--port", type=int, default=30000, help="port to bind (default: 30000)")
     sglang.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (health checks stay open)")
-    sglang.add_argument("--model-path", type=Path, help="model folder (default: the packaged tiny model)")
+    sglang.add_argument(
+        "--model-path", type=Path,
+        help="model folder (default: the packaged tiny model) or a tokenizer folder",
+    )  # fmt: skip
     sglang.add_argument("--served-model-name", help="name reported by /model_info and /v1/models")
     sglang.add_argument(
         "--weight-version", default="default", help="reported in /model_info and replies (default: default)"
@@ -52,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang.add_argument("--speculative-num-steps", type=int, help="with --speculative-algorithm")
     sglang.add_argument("--speculative-eagle-topk", type=int, help="with --speculative-algorithm")
     sglang.add_argument("--speculative-num-draft-tokens", type=int, help="with --speculative-algorithm")
+    sglang.add_argument(
+        "--chat-template", type=Path, help="a Jinja file replacing the tokenizer's chat template"
+    )
+    sglang.add_argument("--reasoning-parser", help="reported in /model_info (/separate_reasoning)")
+    sglang.add_argument("--tool-call-parser", help="reported in /model_info (/parse_function_call)")
     ref = parser.add_argument_group("reference server options")
     ref.add_argument(
         "--faults", help='fault rates per /generate request, e.g. "http500=0.05,reset=0.02,hang=0.01"'
@@ -90,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps,
         speculative_eagle_topk=args.speculative_eagle_topk,
         speculative_num_draft_tokens=args.speculative_num_draft_tokens,
+        chat_template=args.chat_template, reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
     )  # fmt: skip
 
 

@@ -6,8 +6,12 @@ is cheap selection and concatenation of pre-tokenized segments, so a client benc
 on it. What it produces looks like a chat model's output, in the chat template's layout:
 ``<think>\\n…\\n</think>\\n\\n`` (only when the prompt left thinking on), text paragraphs, lists or
 code, ``\\n<tool_call>\\n{json}\\n</tool_call>`` blocks (likelier when the prompt offers tools), then
-``<|im_end|>``. Every id is a real vocabulary id; many outputs use non-canonical splits (a token
-replaced by the two tokens its BPE merge joined), so ``encode(decode(ids)) != ids`` is common.
+``<|im_end|>``. A tool call names one of the tools the prompt's ``<tools>`` block lists, with
+arguments that fit its schema (:mod:`eagle3_raw.reference.toolargs`); without such a block it is
+one of the library's calls. The ``qwen3`` reasoning parser and the ``qwen25`` tool-call parser of
+:mod:`eagle3_raw.reference.parsers` split every output into reasoning, content and calls.
+Every id is a real vocabulary id; many outputs use non-canonical splits (a token replaced by the
+two tokens its BPE merge joined), so ``encode(decode(ids)) != ids`` is common.
 
 Determinism: the prompt ids seed the "model" (which candidates it proposes, with what scores);
 ``temperature < 1e-6`` (or ``top_k == 1``) takes the best candidate every time, whatever the seed;
@@ -33,6 +37,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from eagle3_raw.reference.toolargs import OfferedTool, call_text, offered_tools
 
 GREEDY_TEMPERATURE = 1e-6
 _T = TypeVar("_T")
@@ -128,6 +134,29 @@ class _Prompt:
     has_tools: bool
     thinking: Literal["allowed", "disabled", "open"]
     ends_with_think_tag: bool
+
+
+class _Text:
+    """The reference tokenizer for the rare text work (reading a prompt's tools, writing a call)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._tokenizer: Any = None
+
+    def _loaded(self) -> Any:
+        if self._tokenizer is None:
+            import tokenizers
+
+            self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
+        return self._tokenizer
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text: str = self._loaded().decode([i for i in ids if 0 <= i < 1 << 31], skip_special_tokens=False)
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self._loaded().encode(text, add_special_tokens=False).ids
+        return ids
 
 
 def _read_json(path: Path) -> Any:
@@ -240,8 +269,14 @@ class _Sampler:
 class _Writer:
     """One request's endless token stream, as chunks; the collector decides where it ends."""
 
-    def __init__(self, lib: _Library, specials: _Specials, prompt: _Prompt, params: EngineParams) -> None:
+    def __init__(
+        self, lib: _Library, specials: _Specials, prompt: _Prompt, params: EngineParams, text: _Text,
+        input_ids: Sequence[int],
+    ) -> None:  # fmt: skip
         self.lib = lib
+        self.text = text
+        self.input_ids = input_ids
+        self.offered: list[OfferedTool] | None = None
         self.specials = specials
         self.prompt = prompt
         self.model = random.Random(prompt.digest)
@@ -290,9 +325,17 @@ class _Writer:
         return 1 + self._decide(-1.0) + self._decide(-2.5)
 
     def _tool_call(self, newline_first: bool) -> list[int]:
-        newline, call = self.lib.newline, self._split(self._pick(self.lib.tool_calls))
+        newline, call = self.lib.newline, self._split(self._call_ids())
         head = [*newline, self.specials.tool_call] if newline_first else [self.specials.tool_call]
         return [*head, *newline, *call, *newline, self.specials.tool_call_end]
+
+    def _call_ids(self) -> list[int]:
+        """A call of one of the prompt's tools (arguments from its schema), else a library call."""
+        if self.offered is None:
+            self.offered = offered_tools(self.text.decode(self.input_ids)) if self.prompt.has_tools else []
+        if not self.offered:
+            return self._pick(self.lib.tool_calls)
+        return self.text.encode(call_text(self._pick(self.offered), self.model))
 
     def _body(self, target: int, paragraph: Callable[[], list[list[int]]]) -> Iterator[list[int]]:
         """Paragraphs separated by blank lines until at least ``target`` tokens are out."""
@@ -360,7 +403,7 @@ class _Writer:
         return segment if pair is None else [*segment[:at], *pair, *segment[at + 1 :]]
 
 
-def _collect(stream: Iterator[list[int]], params: EngineParams, eos: int) -> EngineOutput:
+def collect(stream: Iterator[list[int]], params: EngineParams, eos: int) -> EngineOutput:
     """Cut ``stream`` at a stop id (at or after ``min_new_tokens``) or at ``max_new_tokens``."""
     stops = frozenset() if params.ignore_eos else params.stop_token_ids | {eos}
     out: list[int] = []
@@ -407,11 +450,12 @@ class ReferenceEngine:
         tokenizer = _read_json(model_dir / "tokenizer.json")
         self._specials = _specials(tokenizer, self.eos_token_id)
         self._library = _library(_read_json(model_dir / "segments.json"), _merge_parents(tokenizer["model"]))
+        self._text = _Text(model_dir / "tokenizer.json")
 
     def generate(self, input_ids: Sequence[int], params: EngineParams) -> EngineOutput:
         """Generate for ``input_ids`` (taken verbatim, not range-checked); see the module docstring."""
         if params.max_new_tokens == 0:
             return EngineOutput([], "length", None)
         prompt = _read_prompt(input_ids, self._specials)
-        writer = _Writer(self._library, self._specials, prompt, params)
-        return _collect(writer.stream(), params, self.eos_token_id)
+        writer = _Writer(self._library, self._specials, prompt, params, self._text, input_ids)
+        return collect(writer.stream(), params, self.eos_token_id)

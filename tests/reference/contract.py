@@ -4,6 +4,7 @@ The file is never committed: it is fetched once with ``pip download sglang==0.5.
 (about 39 MB from PyPI), extracted, and cached under ``~/.cache/eagle3_raw/sglang-0.5.23/``
 (``$EAGLE3_RAW_CONTRACT_CACHE`` overrides the folder; ``$EAGLE3_RAW_SGLANG_WHEEL`` names a wheel
 already on disk). It is loaded by file path with ``msgspec`` installed, without importing ``sglang``.
+:func:`source_root` extracts other members the same way (``tests/support/sglang_oracle.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,6 +39,23 @@ def api_types_path() -> Path:
         partial.write_bytes(source)
         partial.replace(target)
     return target
+
+
+def source_root(members: Sequence[str]) -> Path:
+    """A folder holding ``members`` (paths inside the wheel, e.g. ``sglang/srt/.../protocol.py``),
+    extracted from the wheel once and cached under :func:`cache_dir` ``/src``; fetches the wheel
+    only when one is missing."""
+    root = cache_dir() / "src"
+    missing = [m for m in members if not (root / m).exists()]
+    if missing:
+        with zipfile.ZipFile(_wheel()) as archive:
+            for member in missing:
+                target = root / member
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(target.name + ".partial")
+                partial.write_bytes(archive.read(member))
+                partial.replace(target)
+    return root
 
 
 def _wheel() -> Path:

@@ -14,7 +14,8 @@ this package is the HTTP side:
   :mod:`.runner` (inline or under the capacity slots), :mod:`.jobs` (a generation and its response
   object), :mod:`.replies` (sending, refusals, faults, ledger lines), :mod:`.streaming` (SSE);
 - side endpoints: :mod:`.info` (health, model/server info, models, loads, stats), :mod:`.utility`
-  (tokenize, detokenize, flush_cache, abort_request);
+  (tokenize, detokenize, flush_cache, abort_request) with :mod:`.tokenize` (chat ``messages``),
+  :mod:`.parsing` (``/separate_reasoning``, ``/parse_function_call``);
 - :mod:`.app`: routes, middleware and :func:`serve`.
 """
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eagle3_raw.reference.server import parsing
 from eagle3_raw.reference.server.config import ServerConfig
 from eagle3_raw.reference.server.generate import Generate
 from eagle3_raw.reference.server.info import Info
@@ -63,6 +64,8 @@ def build_app(state: ServerState) -> web.Application:
         ("POST", "/detokenize", utility.detokenize), ("POST", "/v1/detokenize", utility.detokenize),
         ("GET", "/flush_cache", utility.flush_cache), ("POST", "/flush_cache", utility.flush_cache),
         ("POST", "/abort_request", utility.abort_request),
+        ("POST", "/separate_reasoning", parsing.separate_reasoning),
+        ("POST", "/parse_function_call", parsing.parse_function_call),
         ("GET", "/reference/stats", info.stats), ("POST", "/reference/stats/reset", info.reset_stats),
     ]  # fmt: skip
     for method, path, handler in routes:
@@ -73,7 +76,10 @@ def build_app(state: ServerState) -> web.Application:
 async def serve(config: ServerConfig, *, ready: Callable[[str], None] | None = None) -> None:
     """Load the model, serve until cancelled (SIGINT/SIGTERM), then close cleanly."""
     model = Model(
-        config.model_path, tokenizer=not config.skip_tokenizer_init, context_length=config.context_length,
+        config.model_path,
+        tokenizer=not config.skip_tokenizer_init,
+        context_length=config.context_length,
+        chat_template=config.chat_template,
         weight_version=config.weight_version,
     )
     state = ServerState(config, model)

@@ -9,6 +9,7 @@ from typing import Any
 
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
+from eagle3_raw.reference.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class ServerConfig:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    chat_template: Path | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
 
     @property
     def reserved_tokens(self) -> int:
@@ -63,5 +67,13 @@ class ServerConfig:
                 "--speculative-algorithm EAGLE/EAGLE3 needs --speculative-num-steps and "
                 "--speculative-eagle-topk, or --speculative-num-draft-tokens"
             )
+        _check_parser("--reasoning-parser", self.reasoning_parser, REASONING_PARSER_NAMES)
+        _check_parser("--tool-call-parser", self.tool_call_parser, TOOL_CALL_PARSER_NAMES)
         if self.max_queued_requests is not None and self.slots is None:
             raise ValueError("--max-queued-requests needs capacity mode (--slots, --ms-per-token)")
+
+
+def _check_parser(option: str, name: str | None, names: tuple[str, ...]) -> None:
+    """SGLang's choices for the parser flags (``server_args``)."""
+    if name is not None and name not in names:
+        raise ValueError(f"{option}: unknown parser {name!r}; SGLang 0.5.23 has {', '.join(names)}")

@@ -1,6 +1,12 @@
 """The served model: the reference engine, its tokenizer (unless ``--skip-tokenizer-init``), and
 the facts the server reports about it (path, vocabulary, context length, ``config.json``).
 
+``--model-path`` may also name a foreign tokenizer folder (:mod:`eagle3_raw.reference.foreign`):
+the server then tokenizes, renders chats and generates in that tokenizer's vocabulary. The chat
+template is the tokenizer's, or ``--chat-template FILE`` read as SGLang reads it
+(:func:`eagle3_raw.chatpath.read_template_file`); the ``transformers`` tokenizer that renders chats
+is loaded on the first chat request.
+
 Decoding reproduces ``PreTrainedTokenizerFast.decode``, including the optional space clean-up a
 tokenizer config can ask for, so ``text`` matches what SGLang's detokenizer would send.
 """
@@ -15,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_raw.reference.engine import ReferenceEngine
+from eagle3_raw.reference.foreign import ForeignEngine, is_foreign
 
 
 class Model:
@@ -26,9 +33,13 @@ class Model:
         *,
         tokenizer: bool,
         context_length: int | None,
+        chat_template: Path | None = None,
         weight_version: str = "default",
     ) -> None:
-        self.engine = ReferenceEngine(model_path)
+        foreign = model_path is not None and is_foreign(model_path)
+        self.engine: ReferenceEngine | ForeignEngine = (
+            ForeignEngine(model_path) if model_path is not None and foreign else ReferenceEngine(model_path)
+        )
         self.path = Path(self.engine.model_dir).resolve()
         self.weight_version = weight_version
         self.reported_path = str(model_path) if model_path is not None else packaged_model_name()
@@ -46,6 +57,25 @@ class Model:
         self._clean_up_spaces = bool(tokenizer_config.get("clean_up_tokenization_spaces", False))
         self.model_max_length = tokenizer_config.get("model_max_length")
         self.tokenizer = _load_tokenizer(self.path) if tokenizer else None
+        self.chat_template_path = chat_template
+        self.chat_template_override = _read_template(chat_template)
+        self._chat_tokenizer: Any = None
+
+    @property
+    def chat_tokenizer(self) -> Any:
+        """The ``transformers`` tokenizer that renders chats (loaded on first use, offline)."""
+        if self._chat_tokenizer is None:
+            from eagle3_raw.reference.model_files import load_tokenizer
+
+            self._chat_tokenizer = load_tokenizer(self.path)
+        return self._chat_tokenizer
+
+    @property
+    def chat_template(self) -> str | None:
+        """The template chats render with: ``--chat-template``'s, else the tokenizer's."""
+        from eagle3_raw.chatpath import resolve_template
+
+        return resolve_template(self.chat_tokenizer, self.chat_template_override)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         assert self.tokenizer is not None
@@ -67,10 +97,10 @@ class Model:
 def packaged_model_name() -> str:
     """``eagle3-raw-reference@<12 hex>``: the packaged model's name, with a digest of its files and of
     the engine's code, so a reference whose outputs could differ reports another model."""
-    from eagle3_raw.reference import engine
+    from eagle3_raw.reference import engine, toolargs
     from eagle3_raw.resources import reference_model_dir
 
-    digest = hashlib.sha256(Path(engine.__file__).read_bytes())
+    digest = hashlib.sha256(Path(engine.__file__).read_bytes() + Path(toolargs.__file__).read_bytes())
     for path in sorted(reference_model_dir().iterdir()):
         if path.is_file():
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -83,6 +113,21 @@ def _read_json(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     return data
+
+
+def _read_template(path: Path | None) -> str | None:
+    """SGLang's ``--chat-template`` loading for a ``.jinja`` file (``template_manager.py:221``)."""
+    if path is None:
+        return None
+    from eagle3_raw.chatpath import read_template_file
+
+    if not path.exists():
+        raise ValueError(
+            f"Chat template {path} is not a built-in template name or a valid chat template file path."
+        )
+    if path.suffix != ".jinja":
+        raise ValueError(f"--chat-template {path}: the reference server reads Jinja files (.jinja) only")
+    return read_template_file(path)
 
 
 def _load_tokenizer(path: Path) -> Any:

@@ -1,5 +1,6 @@
-"""The utility endpoints (``shared/sglang-protocol.md`` §5, §6): ``/tokenize`` and ``/detokenize``
-(also under ``/v1``), ``/flush_cache`` and ``/abort_request``.
+"""The utility endpoints (``shared/sglang-protocol.md`` §5, §6, §14.1): ``/tokenize`` (prompts, or
+chat ``messages`` through :mod:`.tokenize`) and ``/detokenize`` (also under ``/v1``),
+``/flush_cache`` and ``/abort_request``.
 
 Their bodies are small pydantic models in SGLang: a body that does not fit gets FastAPI's 400
 validation body; without a tokenizer (``--skip-tokenizer-init``) the token endpoints answer 500.
@@ -15,6 +16,7 @@ from aiohttp import web
 from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.replies import json_response
 from eagle3_raw.reference.server.state import ServerState
+from eagle3_raw.reference.server.tokenize import chat_tokenize
 
 _FLUSHED = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -29,20 +31,25 @@ class Utility:
         self.state = state
 
     async def tokenize(self, request: web.Request) -> web.StreamResponse:
-        """``/tokenize``: ``{"prompt": str | [str], "add_special_tokens": true}`` → tokens, count."""
+        """``/tokenize``: ``{"prompt": str | [str], "add_special_tokens": true}`` → tokens, count; or
+        ``{"messages": [...], "tools", ...}`` rendered by the chat path (:mod:`.tokenize`)."""
         body = await _json_body(request)
         prompt: Any = body.get("prompt")
         add_special = body.get("add_special_tokens", True)
-        valid = isinstance(prompt, str) or (
+        if "__invalid__" in body or (prompt is None) == (body.get("messages") is None):
+            return _exactly_one(body)
+        valid = prompt is None or isinstance(prompt, str) or (
             isinstance(prompt, list) and all(isinstance(t, str) for t in prompt)
-        )
-        if not valid or "messages" in body or not isinstance(add_special, bool):
+        )  # fmt: skip
+        if not valid or not isinstance(add_special, bool):
             return _invalid("prompt", prompt)
         model = self.state.model
         if model.tokenizer is None:
             return _no_tokenizer("tokenization")
         limit = model.model_max_length
         limit = limit if isinstance(limit, int) and -(2**63) <= limit < 2**64 else model.context_len
+        if prompt is None:
+            return chat_tokenize(model, body, limit)
         if isinstance(prompt, str):
             ids = model.encode(prompt, add_special)
             return json_response({"tokens": ids, "count": len(ids), "max_model_len": limit})
@@ -106,6 +113,13 @@ def _invalid(field_name: str, value: Any) -> web.Response:
     """FastAPI's 400 for a body that does not fit the endpoint's pydantic model."""
     body = p.validation_error("value_error", (field_name,), "Input should be valid", value).body
     return json_response(body, 400)
+
+
+def _exactly_one(body: dict[str, Any]) -> web.Response:
+    """``TokenizeRequest``'s model validator: exactly one of ``prompt`` and ``messages``."""
+    message = "Value error, Exactly one of 'prompt' or 'messages' must be provided."
+    error = p.validation_error("value_error", (), message, body).body
+    return json_response(error, 400)
 
 
 def _no_tokenizer(action: str) -> web.Response:
