@@ -11,7 +11,7 @@ import pytest
 
 from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
 from eagle3_raw.reference.server import Model, ServerConfig, ServerState, build_app
-from eagle3_raw.resources import reference_model_dir
+from eagle3_raw.reference.server.model import packaged_model_name
 from tests.reference.conformance import Conformance
 from tests.reference.test_conformance import EOS, PROMPT, TOKENIZER
 from tests.reference.wire import get, request
@@ -31,7 +31,9 @@ def test_model_info_names_the_model_and_its_tokenizer(
 ) -> None:
     info = get(server.url, path).json()
     contract.GetModelInfoResponse.from_json_value(info)
-    assert info["model_path"] == info["tokenizer_path"] == str(reference_model_dir().resolve())
+    # the packaged model has a name that is the same on every install and changes with its files
+    assert info["model_path"] == info["tokenizer_path"] == packaged_model_name()
+    assert info["model_path"].startswith("eagle3-raw-reference@")
     assert info["served_model_name"] == info["model_path"] and info["is_generation"] is True
     assert info["weight_version"] == "default" and info["architectures"] == ["Qwen3ForCausalLM"]
 
