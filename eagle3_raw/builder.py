@@ -64,9 +64,9 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         options = _run_options({k: config_kwargs.pop(k) for k in list(config_kwargs) if k in RUN_OPTION_KEYS})
         for ignored in ("features", "data_files", "data_dir"):
             config_kwargs.pop(ignored, None)
+        if config_name is not None:  # datasets takes a name= keyword as the config name: the recipe's
+            config_kwargs["name"] = config_name
         recipe = load_recipe(recipe_source, config_kwargs)
-        if config_name not in (None, recipe.name):
-            raise ValueError(f"config name {config_name!r} does not match the recipe name {recipe.name!r}")
         config = Eagle3RawConfig(name=recipe.name, version=VERSION, recipe=recipe, run_options=options)
         return config, config.create_config_id({})
 
@@ -129,11 +129,12 @@ def _no_rows_message(
 ) -> str:
     """Why the set is empty: counts, then the most common skip/fail reasons with their rows."""
     counts = stats["failures"]
+    where = f"; reasons are in the journal {journal_dir}" if failures else ""
     return (
         f"recipe {recipe.name!r} produced no rows: {stats['rows']} generated"
         + (" (all ended on length and on_truncation is drop)" if recipe.on_truncation == "drop" else "")
         + f", {sum(counts.get('skipped', {}).values())} skipped, {sum(counts.get('failed', {}).values())}"
-        f" failed; reasons are in the journal {journal_dir}" + _top_failures(failures)
+        f" failed{where}" + _top_failures(failures)
     )
 
 
