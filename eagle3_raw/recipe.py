@@ -91,6 +91,7 @@ def is_hub_id(value: str) -> bool:
     """True when ``value`` has the form of a Hub repo id (``name`` or ``org/name``)."""
     return bool(_HUB_MODEL_ID.fullmatch(value)) and "--" not in value and ".." not in value
 
+
 log = logging.getLogger("eagle3_raw")
 
 T = TypeVar("T")
@@ -240,12 +241,16 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise RecipeFileError(str(path), f"cannot read it ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        problem = (
+            f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        )
         raise RecipeFileError(str(path), problem) from exc
     except yaml.YAMLError as exc:
         raise RecipeFileError(str(path), f"not valid YAML ({yaml_problem(exc)})") from exc
     if not isinstance(data, dict):
-        raise RecipeFileError(str(path), f"expected a YAML mapping at the top level, got {type(data).__name__}")
+        raise RecipeFileError(
+            str(path), f"expected a YAML mapping at the top level, got {type(data).__name__}"
+        )
     return data
 
 
@@ -699,7 +704,9 @@ def _template_digest(recipe: Recipe) -> str:
     path = recipe.resolve_path(recipe.model.chat_template)
     if not path.is_file():
         problem = "is a folder" if path.is_dir() else "does not exist"
-        raise RecipeError("model.chat_template", str(path), f"no such file: {problem}; give a Jinja template file")
+        raise RecipeError(
+            "model.chat_template", str(path), f"no such file: {problem}; give a Jinja template file"
+        )
     return digest_path(path)
 
 

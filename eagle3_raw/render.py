@@ -200,7 +200,9 @@ def load_tokenizer(recipe: Recipe) -> PreTrainedTokenizerBase:
             source, revision=recipe.model.revision, trust_remote_code=recipe.model.trust_remote_code
         )
     except Exception as exc:  # transformers raises many kinds (OSError, ValueError, HTTP errors)
-        raise RecipeError("model.tokenizer", recipe.model.tokenizer, _load_problem(recipe, local, exc)) from exc
+        raise RecipeError(
+            "model.tokenizer", recipe.model.tokenizer, _load_problem(recipe, local, exc)
+        ) from exc
 
 
 def _load_problem(recipe: Recipe, local: Path | None, exc: Exception) -> str:

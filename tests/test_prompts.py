@@ -274,10 +274,10 @@ def test_duplicate_ids_from_the_id_column(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", [None, "", 1.5, True, ["x"]])
 def test_a_bad_or_missing_id_is_a_format_error(tmp_path: Path, value: Any) -> None:
-    rows = [{"prompt": "x"} if value is None else {"id": value, "prompt": "x"}, {"id": "ok", "prompt": "y"}]
-    bad, good = items(source=str(write_jsonl(tmp_path / "i.jsonl", rows)), id_column="id")
-    assert isinstance(bad, PromptFormatError) and bad.row_id == "#0"
-    assert "row #0 id: expected a non-empty string or an integer id" in str(bad)
+    rows = [{"id": "ok", "prompt": "y"}, {"prompt": "x"} if value is None else {"id": value, "prompt": "x"}]
+    good, bad = items(source=str(write_jsonl(tmp_path / "i.jsonl", rows)), id_column="id")
+    assert isinstance(bad, PromptFormatError) and bad.row_id == "#1"
+    assert "row #1 id: expected a non-empty string or an integer id" in str(bad)
     assert isinstance(good, Conversation) and good.source_id == "ok"
 
 
