@@ -244,13 +244,14 @@ class TimestampFormatter(logging.Formatter):
 
 
 def configure_logging() -> None:
-    """The command line's logging: one handler on stderr with timestamps; eagle3_raw's own INFO
-    lines shown, libraries' from WARNING up."""
-    handler = CurrentStderrHandler()
-    handler.setFormatter(TimestampFormatter())
+    """The command line's logging: one handler on stderr with timestamps (added once; handlers
+    someone else put on the root logger stay); eagle3_raw's own INFO lines shown, libraries' from
+    WARNING up."""
     root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
+    if not any(isinstance(h, CurrentStderrHandler) for h in root.handlers):
+        handler = CurrentStderrHandler()
+        handler.setFormatter(TimestampFormatter())
+        root.addHandler(handler)
     logging.getLogger("eagle3_raw").setLevel(logging.INFO)
 
 
