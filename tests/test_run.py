@@ -211,15 +211,13 @@ def test_the_bar_in_a_terminal_counts_completed_rows_with_rate_and_time_left(tmp
         ]  # fmt: skip
         code, text = _run_in_terminal(command)
     assert code == 0, text[-2000:]
-    frames = re.findall(
-        r"t [━╸╺ ]+ (\d+)/(\d+) (\d+:\d\d:\d\d|-:--:--) ([\d,]+) tok/s, (\d+) in flight", text
-    )
+    frames = re.findall(r"t [━╸╺ ]+ (\d+)/(\d+) rows \d+% ETA (\S+)\s+([\d,]+) tok/s, (\d+) in flight", text)
     assert len(frames) >= 3, text[-2000:]
     done = [int(f[0]) for f in frames]
     assert done == sorted(done) and done[-1] == 60 and {int(f[1]) for f in frames} == {60}
     assert all(int(f[0]) + int(f[4]) <= 60 for f in frames)  # completed rows, not submitted ones
     assert any(int(f[4]) > 0 and int(f[0]) > 0 for f in frames)
-    assert any(f[2] != "-:--:--" for f in frames)  # a time left was shown
+    assert any(f[2] != "?" for f in frames)  # a time left was shown
     assert "rows              60" in text  # then the summary
 
 
