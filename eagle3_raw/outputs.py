@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,19 +94,18 @@ def write_parquet(dataset: datasets.Dataset, output_dir: Path, name: str) -> Pat
     ``.parquet`` behind, and an earlier one stays as it was)."""
     path = output_dir / f"{name}.parquet"
     output_dir.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=output_dir, prefix=f".{name}.", suffix=".parquet.partial")
-    os.close(fd)
+    temporary = output_dir / f".{name}.{uuid.uuid4().hex[:12]}.parquet.partial"  # mode as any new file
     try:
-        dataset.to_parquet(temporary)
+        dataset.to_parquet(str(temporary))
         with open(temporary, "rb") as written:
             os.fsync(written.fileno())
         os.replace(temporary, path)
     except OSError as exc:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise OutputError(
             f"cannot write {path}: {describe(exc)}; the set is in the datasets cache, and {_AFTER}"
         ) from exc
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
     return path

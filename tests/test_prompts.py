@@ -506,7 +506,7 @@ def test_an_unknown_sharegpt_role_is_quoted_once(tmp_path: Path) -> None:
     ("rows", "prompts", "fragment"),
     [
         ([{"prompt": "x"}], {"id_column": "id"}, "prompts.id_column 'id' is not in the first row (p.parquet"),
-        ([{"id": "a", "text": "x"}], {}, "no 'messages' or 'conversations' or 'prompt' column for format 'auto' (columns: id, text)"),
+        ([{"id": "a", "text": "x"}], {}, "or 'prompt' column for format 'auto' (columns: id, text)"),
         ([{"id": "a", "prompt": "x"}], {"format": "openai"}, "no 'messages' column for format 'openai'"),
     ],
 )  # fmt: skip

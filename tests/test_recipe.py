@@ -289,7 +289,7 @@ def test_an_endpoints_override_replaces_launching_the_reference_server(
     with caplog.at_level(logging.INFO, logger="eagle3_raw"):
         recipe = load_recipe(path, ["server.endpoints=[http://gpu-1:30000]"])
     assert recipe.server.endpoints == ("http://gpu-1:30000",) and recipe.server.launch is None
-    assert "server.endpoints is overridden: the recipe's server.launch ('reference') is not used" in caplog.text
+    assert "overridden: the recipe's server.launch ('reference') is not used" in caplog.text
     as_mapping = load_recipe(path, {"server": {"endpoints": "http://gpu-2:30000"}})
     assert as_mapping.server.launch is None  # a section override does the same
     # and the other way round: launching the reference server replaces the recipe's endpoints
@@ -299,7 +299,7 @@ def test_an_endpoints_override_replaces_launching_the_reference_server(
 
 
 def test_a_recipe_with_both_endpoints_and_launch_is_refused(recipe_dir: Path) -> None:
-    with pytest.raises(RecipeError, match="cannot be combined with server.endpoints") as refused:
+    with pytest.raises(RecipeError, match=r"cannot be combined with server\.endpoints") as refused:
         _load(recipe_dir, server__launch="reference")
     assert refused.value.field == "server.launch"
 

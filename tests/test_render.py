@@ -307,8 +307,8 @@ def test_a_chat_template_kwarg_the_template_never_reads_is_refused_with_a_sugges
     assert "enable_thinking" in message.split("the keywords it reads: ")[1]
     # a template that reads none: every keyword is refused, nothing to suggest
     (tmp_path / "strict.jinja").write_text(STRICT_TEMPLATE)
-    with pytest.raises(RecipeError, match="never reads 'enable_thinking'; the keywords it reads: none"):
-        Renderer(make_recipe(tmp_path, chat_template="strict.jinja", chat_template_kwargs={"enable_thinking": 1}))
+    with pytest.raises(RecipeError, match="never reads 'x'; the keywords it reads: none"):
+        Renderer(make_recipe(tmp_path, chat_template="strict.jinja", chat_template_kwargs={"x": 0}))
 
 
 def test_special_tokens_and_defined_checks_count_as_read(tmp_path: Path) -> None:
