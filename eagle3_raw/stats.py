@@ -89,13 +89,15 @@ def _stats_table(lengths: Mapping[str, Any]) -> list[str]:
 def drawn(values: Sequence[int] | Any, width: int) -> list[str]:
     """A histogram of ``values`` in one line of block characters (as many bins as ``width`` allows,
     at most 60), with the range under it."""
-    counts, low, high = histogram(values, bins=max(8, min(60, width - 4)))
+    counts, low, _ = histogram(values, bins=max(8, min(60, width - 4)))
     if not counts:
         return ["  (no rows)"]
     peak = max(counts)
     bar = "".join(BLOCKS[-(-8 * c // peak)] if c else BLOCKS[0] for c in counts)
+    if len(counts) == 1:
+        return [f"  {bar}", f"  every row: {low:,} tokens"]
     axis = f"{low:,}"
-    right = f"{high - 1:,} tokens (tallest bin: {peak:,} rows)"
+    right = f"{int(max(values)):,} tokens (tallest bin: {peak:,} rows)"
     return [f"  {bar}", f"  {axis}{right:>{max(len(bar) - len(axis), len(right) + 1)}}"]
 
 

@@ -141,9 +141,12 @@ def rid_run(rid: str) -> str:
     return rid.rsplit("-", 1)[1][:8]
 
 
-def run_in_terminal(command: list[str], *, columns: int = 80, timeout: float = 120) -> tuple[int, str]:
+def run_in_terminal(
+    command: list[str], *, columns: int = 80, timeout: float = 120, raw: bool = False
+) -> tuple[int, str]:
     """Run ``command`` with a pseudo-terminal of ``columns`` columns as stdout and stderr (as a user
-    at a shell would); its exit code and output with the terminal control sequences removed."""
+    at a shell would); its exit code and output with the terminal control sequences removed
+    (kept with ``raw``)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     env = {**os.environ, "COLUMNS": str(columns), "LINES": "24"}
@@ -163,7 +166,8 @@ def run_in_terminal(command: list[str], *, columns: int = 80, timeout: float = 1
             break
     os.close(master)
     code = process.wait(timeout=10)
-    return code, strip_terminal_codes(output.decode(errors="replace"))
+    text = output.decode(errors="replace")
+    return code, text if raw else strip_terminal_codes(text)
 
 
 def strip_terminal_codes(text: str) -> str:
