@@ -314,3 +314,19 @@ def test_a_usage_error_is_argparse_s_exit_code_2(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exit_:
         main(["build"])
     assert exit_.value.code == 2 and "the following arguments are required: recipe" in capsys.readouterr().err
+
+
+def test_no_rows_without_failures_does_not_point_at_reasons_that_do_not_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_prompts(tmp_path, 3)
+    with reference_server(tmp_path) as (server, _):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url], on_truncation="drop", sampling={"max_new_tokens": 1}
+        )
+        code, _, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
+    line = _error_line(err)
+    assert (
+        code == 1 and "produced no rows: 3 generated (all ended on length and on_truncation is drop)" in line
+    )
+    assert line.endswith(", 0 skipped, 0 failed") and "reasons are in the journal" not in line
