@@ -54,9 +54,8 @@ def _is_recipe(target: str) -> bool:
     from eagle3_raw.resources import builder_scripts_dir
 
     path = Path(target).expanduser()
-    return path.is_file() or (
-        not path.parent.parts and (builder_scripts_dir() / f"{path.name}.yaml").is_file()
-    )
+    bundled = not path.parent.parts and (builder_scripts_dir() / f"{path.name}.yaml").is_file()
+    return path.is_file() or bundled or path.suffix in (".yaml", ".yml")  # a missing file: say so
 
 
 def _built(

@@ -145,3 +145,9 @@ def test_inspect_and_stats_read_a_published_set(
     assert out.startswith("alice/eagle@v1 config haiku: 3 rows\n") and "generated tokens per row" in out
     assert main(["stats", f"{REPO}@v1", "--set", "sampling.temperature=1"]) == 1
     assert "--set applies to a recipe" in capsys.readouterr().err
+
+
+def test_a_hub_that_does_not_answer_is_one_line(emulator: HubServer) -> None:
+    with pytest.raises(HubError) as refused, hub.hub_errors(REPO, "read"):
+        HfApi(endpoint="http://127.0.0.1:9").dataset_info(REPO)  # nothing listens on port 9
+    assert str(refused.value).startswith("cannot read alice/eagle: the Hub did not answer (ConnectError: ")

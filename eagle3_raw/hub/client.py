@@ -114,8 +114,21 @@ def hub_errors(repo_id: str, action: str) -> Iterator[None]:
         raise HubError(f"cannot {action} {repo_id}: HF_HUB_OFFLINE is set") from exc
     except HfHubHTTPError as exc:
         raise HubError(_http_message(exc, repo_id, action)) from exc
-    except OSError as exc:
-        raise HubError(f"cannot {action} {repo_id}: {exc}") from exc
+    except _no_answer() as exc:  # no answer at all: DNS, refused, timed out
+        problem = f"{type(exc).__name__}: {_one_line(str(exc))}" if str(exc) else type(exc).__name__
+        raise HubError(f"cannot {action} {repo_id}: the Hub did not answer ({problem})") from exc
+
+
+def _no_answer() -> tuple[type[Exception], ...]:
+    """OSError and the HTTP client's connection-level errors (``huggingface_hub`` uses httpx, or
+    its httpx2 fork)."""
+    import importlib
+
+    found: list[type[Exception]] = [OSError]
+    for name in ("httpx", "httpx2"):
+        with contextlib.suppress(ImportError):
+            found.append(importlib.import_module(name).TransportError)
+    return tuple(found)
 
 
 def _http_message(exc: Exception, repo_id: str, action: str) -> str:
