@@ -110,7 +110,7 @@ class ProgressDisplay:
             self.mode = "log"
         if self.mode == "log":
             _show_progress_log()
-            progress_log.info("%s: started; progress every %s", description, _duration(self.log_interval))
+            progress_log.info("%s: started; progress every %g s", description, self.log_interval)
         if self.mode == "bar":
             self._bar = _bar()
             self._task = self._bar.add_task(description, total=None, rows="", eta="", detail="")

@@ -111,7 +111,7 @@ def test_without_a_terminal_the_progress_is_timestamped_log_lines(tmp_path: Path
         )  # like nohup, CI or `| tee`: no terminal, and no --quiet
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
-    assert re.fullmatch(rf"{STAMP} t: started; progress every 0m00s", lines[0]), lines[0]
+    assert re.fullmatch(rf"{STAMP} t: started; progress every 0.5 s", lines[0]), lines[0]
     progress = [line for line in lines if re.match(rf"{STAMP} t: [\d,]+/~?[\d,]+ rows \(", line)]
     assert len(progress) >= 3, done.stderr
     assert any("/~" in line for line in progress) and "600/600 rows (100.0%)" in progress[-1]

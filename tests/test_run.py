@@ -137,7 +137,7 @@ def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
         result = _run(recipe, tmp_path, progress="log", log_interval=0.05)
     assert result.summary.rows == 600
     lines = [r.getMessage() for r in caplog.records if r.name == "eagle3_raw.progress"]
-    assert lines.pop(0) == "t: started; progress every 0m00s"
+    assert lines.pop(0) == "t: started; progress every 0.05 s"
     parsed = [m.groups() for line in lines if (m := _LINE.match(line))]
     assert len(parsed) == len(lines) >= 3
     done = [int(d.replace(",", "")) for d, _, _ in parsed]
