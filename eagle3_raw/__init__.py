@@ -7,6 +7,7 @@ light: ``datasets`` and the other heavy libraries load only when first needed.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import (
@@ -54,14 +55,20 @@ def load(
     ``recipe`` is a YAML path, a bundled recipe name, a mapping or a :class:`Recipe`; ``overrides``
     are dotted paths or sections (``sampling={"temperature": 0}``), as in :func:`load_recipe`, or
     run options (``journal_dir``, ``allow_server_change``, ``retry_failed``, ``progress``,
-    ``log_interval``).
+    ``log_interval``). ``name=`` is the recipe's ``name`` (as ``datasets``' config name).
+
+    Raises an :class:`Eagle3RawError`; an unwritable ``cache_dir`` is one (checked before the
+    build, and while ``datasets`` writes it: the journal keeps every generated row).
     """
     import datasets
 
     from eagle3_raw.builder import our_errors
+    from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir
 
     register()
-    with our_errors():
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    check_writable(cache, "datasets cache")
+    with cache_errors(cache), our_errors():
         dataset = datasets.load_dataset(
             "eagle3_raw", recipe=recipe, split=split, cache_dir=cache_dir, **overrides
         )

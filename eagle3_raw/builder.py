@@ -10,6 +10,7 @@ Keyword arguments other than ``recipe`` are recipe overrides (``sampling={"tempe
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from eagle3_raw.progress import reason_lines
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
 from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, resolve, run
+
+log = logging.getLogger("eagle3_raw")
 
 VERSION = datasets.Version("1.0.0")
 
@@ -58,6 +61,8 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
     VERSION = VERSION
     config: Eagle3RawConfig
     run_result: RunResult | None = None
+    cached_failures: Mapping[str, int] = {}
+    """With a set reused from the cache: the reasons rows failed for good when it was built."""
 
     def _create_builder_config(
         self, config_name: str | None = None, custom_features: Any = None, config_id: str | None = None,
@@ -69,9 +74,9 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         options = _run_options({k: config_kwargs.pop(k) for k in list(config_kwargs) if k in RUN_OPTION_KEYS})
         for ignored in ("features", "data_files", "data_dir"):
             config_kwargs.pop(ignored, None)
+        if config_name is not None:  # datasets takes a name= keyword as the config name: the recipe's
+            config_kwargs["name"] = config_name
         recipe = load_recipe(recipe_source, config_kwargs)
-        if config_name not in (None, recipe.name):
-            raise ValueError(f"config name {config_name!r} does not match the recipe name {recipe.name!r}")
         with our_errors():
             target = resolve(recipe, options)
         set_id = set_config_id(recipe, target) + _partial_suffix(recipe, options, target)
@@ -99,6 +104,11 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
             kwargs["download_mode"] = datasets.DownloadMode.FORCE_REDOWNLOAD
             kwargs["verification_mode"] = datasets.VerificationMode.NO_CHECKS  # the row count may change
         super().download_and_prepare(*args, **kwargs)
+        if self.run_result is None:  # reused from the cache: still say what did not make it
+            directory = set_dir(options.root, self.config.set_id.removesuffix("-partial"))
+            self.cached_failures = failed_for_good(directory)
+            if self.cached_failures:
+                log.warning(failures_notice(self.cached_failures))
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(
@@ -157,11 +167,12 @@ def _no_rows_message(
 ) -> str:
     """Why the set is empty: counts, then the most common skip/fail reasons with their rows."""
     counts = stats["failures"]
+    where = f"; reasons are in the journal {journal_dir}" if failures else ""
     return (
         f"recipe {recipe.name!r} produced no rows: {stats['rows']} generated"
         + (" (all ended on length and on_truncation is drop)" if recipe.on_truncation == "drop" else "")
         + f", {sum(counts.get('skipped', {}).values())} skipped, {sum(counts.get('failed', {}).values())}"
-        f" failed; reasons are in the journal {journal_dir}" + _top_failures(failures)
+        f" failed{where}" + _top_failures(failures)
     )
 
 
@@ -183,6 +194,8 @@ class Built:
     cache_dir: str
     config_id: str = ""
     """The set's config id (``-partial`` at the end for a set assembled before every shard finished)."""
+    cached_failures: Mapping[str, int] = field(default_factory=dict)
+    """Reused from the cache: reason -> rows that failed for good when the set was built."""
 
     @property
     def partial(self) -> bool:
@@ -215,7 +228,29 @@ def build(
     config: Eagle3RawConfig = builder.config
     assert config.target is not None
     journal = set_dir(config.run_options.root, set_config_id(builder.recipe, config.target))
-    return Built(builder.as_dataset(split="train"), journal, result, str(builder.cache_dir), config.set_id)
+    dataset = builder.as_dataset(split="train")
+    failures = dict(builder.cached_failures)
+    return Built(dataset, journal, result, str(builder.cache_dir), config.set_id, failures)
+
+
+def failed_for_good(directory: Path) -> dict[str, int]:
+    """Reason -> rows of the set's rows that failed for good (``--retry-failed`` tries them again)."""
+    from eagle3_raw.journal import Journal
+
+    if not (directory / "manifest.json").exists():
+        return {}
+    with Journal.read_dir(directory) as journal:
+        return journal.sets.failure_counts(journal.failures()).get("failed", {})
+
+
+def failures_notice(failed: Mapping[str, int]) -> str:
+    """One line saying how many rows failed for good, and how to try them again."""
+    count = sum(failed.values())
+    return (
+        f"{count:,} row{'s' if count != 1 else ''} of this set failed for good when it was built "
+        f"(most often: {max(failed, key=lambda r: failed[r])}); rerun with --retry-failed "
+        "(retry_failed=True) to try them again"
+    )
 
 
 @contextlib.contextmanager

@@ -231,9 +231,9 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "more_reasons": max(0, len(reasons) - MAX_REASONS),
         "prompts": _prompts_context(recipe, manifest),
         "turns": recipe["turns"],
-        "tokenizer": manifest.get("tokenizer") or {},
-        "server": manifest.get("server"),
-        "server_flags": server_flags(manifest.get("server")),
+        "tokenizer": without_local_paths(manifest.get("tokenizer") or {}),
+        "server": without_local_paths(manifest.get("server")),
+        "server_flags": server_flags(without_local_paths(manifest.get("server"))),
         "sampling": _sampling_context(recipe["sampling"], manifest.get("request_params")),
         "on_truncation": recipe["on_truncation"],
         "versions": manifest.get("versions") or {},
@@ -255,6 +255,30 @@ def failure_reasons(counts: Mapping[str, Any]) -> list[tuple[str, str, int]]:
         for reason, count in (counts.get(kind) or {}).items()
     ]
     return sorted(rows, key=lambda row: (-row[2], row[0], row[1]))
+
+
+def without_local_paths(value: Any) -> Any:
+    """``value`` (a string, or mappings and lists of them) with every absolute local path shown as
+    ``…/<last part>``: the card says which model and tokenizer (``…/Qwen3-8B``), not where they sat
+    on the machine that built the set (``/home/me/models/...``). Relative paths and Hub ids, as a
+    recipe writes them, are kept."""
+    if isinstance(value, str):
+        return _shown_path(value)
+    if isinstance(value, Mapping):
+        return {key: without_local_paths(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_local_paths(item) for item in value]
+    return value
+
+
+_ABSOLUTE_PATH = re.compile(r"(?:/|~/|[A-Za-z]:[\\/]|\\\\)[^\s]*")
+
+
+def _shown_path(text: str) -> str:
+    if not _ABSOLUTE_PATH.fullmatch(text) or "://" in text:
+        return text
+    parts = [part for part in re.split(r"[\\/]+", text) if part and part != "~" and not part.endswith(":")]
+    return f"…/{parts[-1]}" if parts else "…"
 
 
 def server_flags(server: Mapping[str, Any] | None) -> list[tuple[str, str]]:

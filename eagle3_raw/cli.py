@@ -1,9 +1,14 @@
-"""The ``eagle3-raw`` command line: build, merge, push, reproduce, serve-reference."""
+"""The ``eagle3-raw`` command line: build, merge, push, reproduce, inspect, stats, serve-reference.
+
+Exit codes (README, "Exit codes"): 0 done; 1 an error, printed as one line; 2 a usage error
+(argparse's); 3 ``reproduce --strict`` when not every row is identical; 4 a build that finished
+but left rows that failed for good (the summary lists them; ``--retry-failed`` tries them again);
+130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shlex
 import sys
@@ -14,40 +19,62 @@ from typing import TYPE_CHECKING, Any
 from eagle3_raw.errors import Eagle3RawError, Interrupted
 
 if TYPE_CHECKING:
-    import datasets
+    from eagle3_raw.builder import Built
+    from eagle3_raw.progress import Summary
 
 Handler = Callable[[argparse.Namespace], int]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+"""argparse's code for a bad command line."""
+EXIT_NOT_IDENTICAL = 3
+EXIT_FAILED_ROWS = 4
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``eagle3-raw``; returns the process exit code."""
+    from eagle3_raw.progress import configure_logging, quiet_libraries
+
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found": we need none
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("eagle3_raw").setLevel(logging.INFO)  # ours; libraries' HTTP logs stay quiet
+    configure_logging()
     handler: Handler = args.handler
     try:
+        if args.command != "serve-reference":
+            quiet_libraries()
         return handler(args)
     except Interrupted as exc:
         print(f"\n{exc}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Eagle3RawError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
+    except OSError as exc:  # a file or folder no check above caught: still one line, not a traceback
+        from eagle3_raw.outputs import describe
+
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {describe(exc)}{where}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    from eagle3_raw import __version__
+
     parser = argparse.ArgumentParser(
         prog="eagle3-raw", description="Raw-token EAGLE-3 training sets from SGLang's native /generate."
     )
+    parser.add_argument("--version", action="version", version=f"eagle3-raw {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_build(sub)
     _add_merge(sub)
     _add_hub(sub)
+    _add_looking(sub)
     _add_serve_reference(sub)
     return parser
 
@@ -134,7 +161,12 @@ def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     print(result.summary.render())
     print(f"shard {shard.index}/{shard.count} is complete; once all {shard.count} are:")
     print("  " + shlex.join(["eagle3-raw", "merge", str(args.recipe), *_merge_flags(args)]))
-    return 0
+    return exit_code(result.summary)
+
+
+def exit_code(summary: Summary) -> int:
+    """4 when rows failed for good (the set is complete otherwise), else 0."""
+    return EXIT_FAILED_ROWS if sum(summary.failed.values()) else EXIT_OK
 
 
 def _merge_flags(args: argparse.Namespace) -> list[str]:
@@ -158,35 +190,45 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs: dict[str, Any]) -> int:
-    dataset, summary = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
-    print(summary)
+    from eagle3_raw.outputs import check_writable, write_parquet
+
     if args.output_dir is not None:
-        path = write_parquet(dataset, args.output_dir, dataset.config_name)
+        check_writable(args.output_dir, "output folder")  # before the build, not after it
+    built = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
+    print(summary_text(built))
+    if args.output_dir is not None:
+        path = write_parquet(built.dataset, args.output_dir, built.dataset.config_name)
         print(f"parquet           {path}")
-    return 0
+    if built.run_result is None:
+        return EXIT_FAILED_ROWS if built.cached_failures else EXIT_OK
+    return exit_code(built.run_result.summary)
 
 
 def build_dataset(
     recipe: str, overrides: dict[str, Any], run_options: dict[str, Any], *, cache_dir: Path | None = None
-) -> tuple[datasets.Dataset, str]:
-    """Build (or reuse) the set in the ``datasets`` cache; returns it and a printable summary."""
+) -> Built:
+    """Build (or reuse) the set in the ``datasets`` cache, checked writable first (a cache that
+    cannot be written, then or later, is one OutputError naming it; the journal keeps the rows)."""
     from eagle3_raw.builder import build
+    from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir
 
-    built = build(recipe, overrides=overrides, cache_dir=cache_dir, run_options=run_options)
+    cache = cache_dir or default_cache_dir()
+    check_writable(cache, "datasets cache")
+    with cache_errors(cache):
+        return build(recipe, overrides=overrides, cache_dir=cache_dir, run_options=run_options)
+
+
+def summary_text(built: Built) -> str:
+    """The run's summary, or what a set reused from the cache holds."""
     if built.run_result is not None:
         result = built.run_result
         partial = f"\nPARTIAL set ({result.partial}): config {built.config_id}" if result.partial else ""
-        return built.dataset, result.summary.render() + partial
+        return result.summary.render() + partial
+    from eagle3_raw.builder import failures_notice
+
     cached = f"loaded from the datasets cache (no request sent): {len(built.dataset):,} rows"
-    return built.dataset, f"{cached}\ncache             {built.cache_dir}"
-
-
-def write_parquet(dataset: datasets.Dataset, output_dir: Path, name: str) -> Path:
-    """Write the set as ``<output_dir>/<name>.parquet``."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / f"{name}.parquet"
-    dataset.to_parquet(str(path))
-    return path
+    failed = f"\nfailed            {failures_notice(built.cached_failures)}" if built.cached_failures else ""
+    return f"{cached}\ncache             {built.cache_dir}{failed}"
 
 
 def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -194,6 +236,13 @@ def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     hub_cli.add_push(sub)
     hub_cli.add_reproduce(sub)
+
+
+def _add_looking(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eagle3_raw import inspect_cli, stats
+
+    inspect_cli.add_inspect(sub)
+    stats.add_stats(sub)
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

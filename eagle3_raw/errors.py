@@ -117,6 +117,16 @@ class RecipeError(FatalError):
         self.allowed = allowed
 
 
+class RecipeFileError(RecipeError):
+    """The recipe file itself cannot be used: missing, not UTF-8, not YAML, not a mapping."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        FatalError.__init__(self, f"recipe file {path}: {problem}")
+        self.field = "recipe"
+        self.value = path
+        self.allowed = problem
+
+
 class SourceError(FatalError):
     """The prompt source as a whole cannot be read (missing file, unknown format, no such dataset)."""
 

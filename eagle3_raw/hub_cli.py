@@ -29,7 +29,10 @@ def add_push(sub: SubParsers) -> argparse.ArgumentParser:
     )
     add_recipe_arguments(parser)
     add = parser.add_argument
-    add("--repo", required=True, metavar="ORG/NAME", help="dataset repo (created if missing)")
+    add(
+        "--repo", required=True, metavar="ORG/NAME",
+        help="dataset repo (created if missing); a bare NAME goes to the token's user",
+    )  # fmt: skip
     add("--tag", help="tag the pushed revision (must not exist yet)")
     add(
         "--private",
@@ -99,4 +102,6 @@ def run_reproduce(args: argparse.Namespace) -> int:
         run_options=options,
     )  # fmt: skip
     print(comparison.render())
-    return 3 if args.strict and not comparison.full_agreement else 0
+    from eagle3_raw.cli import EXIT_NOT_IDENTICAL, EXIT_OK
+
+    return EXIT_NOT_IDENTICAL if args.strict and not comparison.full_agreement else EXIT_OK

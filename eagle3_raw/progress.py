@@ -7,6 +7,7 @@ interval instead, for batch jobs; ``mode="none"`` shows nothing.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -89,7 +90,13 @@ class RunStats:
 
 
 class ProgressDisplay:
-    """A rich progress bar (or periodic log lines) fed from the run's counters."""
+    """A rich progress bar on stderr (or periodic log lines) fed from the run's counters.
+
+    ``mode="bar"`` falls back to log lines by itself when stderr is not a terminal (nohup, CI,
+    ``| tee``), where a bar would print nothing until the end. The bar is two lines: the name, the
+    bar, the row count (``~`` while the total is an estimate), the percentage and the ETA on the
+    first, which fits 80 columns; the status line below it is cut to the terminal's width.
+    """
 
     def __init__(self, mode: ProgressMode, *, log_interval: float = 30.0) -> None:
         self.mode = mode
@@ -97,34 +104,91 @@ class ProgressDisplay:
         self._last_log = time.monotonic()
         self._bar: RichProgress | None = None
         self._task: Any = None
+        self._name = ""
+        self._last: tuple[RunStats, Sequence[Endpoint]] | None = None
 
     def start(self, description: str) -> None:
+        self._name = description
+        if self.mode == "bar" and not stderr_is_terminal():
+            self.mode = "log"
         if self.mode == "log":
             _show_progress_log()
-        if self.mode != "bar":
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        columns = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn())
-        self._bar = Progress(
-            *columns, TimeRemainingColumn(), TextColumn("{task.fields[detail]}"), refresh_per_second=4
-        )
-        self._task = self._bar.add_task(description, total=None, detail="")
-        self._bar.start()
+            progress_log.info("%s: started; progress every %g s", description, self.log_interval)
+        if self.mode == "bar":
+            self._bar = _bar()
+            self._task = self._bar.add_task(description, total=None, rows="", eta="", detail="")
+            self._bar.start()
 
     def update(self, stats: RunStats, endpoints: Sequence[Endpoint]) -> None:
+        """Show the counters (in log mode: a line once per interval)."""
+        self._last = (stats, endpoints)
         total, exact = stats.total()
-        detail = status_line(stats, endpoints)
         if self._bar is not None:
-            self._bar.update(self._task, completed=stats.done, total=total, detail=detail)
+            rows, eta = rows_text(stats.done, total, exact), eta_text(stats.eta(total))
+            detail = status_line(stats, endpoints)
+            self._bar.update(self._task, completed=stats.done, total=total, rows=rows, eta=eta, detail=detail)
         elif self.mode == "log" and time.monotonic() - self._last_log >= self.log_interval:
-            self._last_log = time.monotonic()
-            progress_log.info("%s | %s", progress_line(stats, total, exact), detail)
+            self._log_line(stats, endpoints)
 
     def stop(self) -> None:
+        """End the bar where it is; in log mode, one last line with the final counts."""
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        elif self.mode == "log" and self._last is not None:
+            self._log_line(*self._last)
+        self._last = None
+
+    def _log_line(self, stats: RunStats, endpoints: Sequence[Endpoint]) -> None:
+        self._last_log = time.monotonic()
+        total, exact = stats.total()
+        line = f"{progress_line(stats, total, exact)} | {status_line(stats, endpoints)}"
+        progress_log.info("%s: %s", self._name, line)
+
+
+def stderr_is_terminal() -> bool:
+    """Whether a live display on stderr can be seen: a terminal, or a Jupyter notebook."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return console.is_terminal or console.is_jupyter
+
+
+def _bar() -> RichProgress:
+    from rich.console import Group, RenderableType
+    from rich.progress import BarColumn, Progress, TextColumn
+    from rich.table import Column
+    from rich.text import Text
+
+    class TwoLines(Progress):
+        def get_renderables(self) -> Any:
+            status = [Text(f"  {t.fields['detail']}", no_wrap=True, overflow="ellipsis") for t in self.tasks]
+            table: RenderableType = self.make_tasks_table(self.tasks)
+            yield Group(table, *status)
+
+    name = Column(max_width=24, no_wrap=True, overflow="ellipsis")
+    fixed = Column(no_wrap=True)
+    return TwoLines(
+        TextColumn("{task.description}", table_column=name),
+        BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=10)),
+        TextColumn("{task.fields[rows]}", table_column=fixed),
+        TextColumn("{task.fields[eta]}", table_column=fixed),
+        expand=True,
+        refresh_per_second=4,
+        transient=False,
+    )
+
+
+def rows_text(done: int, total: int | None, exact: bool) -> str:
+    """``done/total rows pct``, ``~`` on a total that is still an estimate."""
+    if total is None:
+        return f"{done:,}/? rows"
+    shown = f"{total:,}" if exact else f"~{total:,}"
+    return f"{done:,}/{shown} rows {100 * done / max(total, 1):.0f}%"
+
+
+def eta_text(eta: float | None) -> str:
+    return "ETA ?" if eta is None else f"ETA {_duration(eta)}"
 
 
 def progress_line(stats: RunStats, total: int | None, exact: bool) -> str:
@@ -132,9 +196,8 @@ def progress_line(stats: RunStats, total: int | None, exact: bool) -> str:
     if total is None:
         return f"{stats.done:,}/? rows"
     shown = f"{total:,}" if exact else f"~{total:,}"
-    eta = stats.eta(total)
-    pace = "ETA ?" if eta is None else f"ETA {_duration(eta)}"
-    return f"{stats.done:,}/{shown} rows ({100 * stats.done / max(total, 1):.1f}%), {pace}"
+    percent = 100 * stats.done / max(total, 1)
+    return f"{stats.done:,}/{shown} rows ({percent:.1f}%), {eta_text(stats.eta(total))}"
 
 
 def _duration(seconds: float) -> str:
@@ -147,9 +210,79 @@ def _show_progress_log() -> None:
     """Make the progress lines visible even where nobody configured logging (a Python caller)."""
     progress_log.setLevel(logging.INFO)
     if not progress_log.hasHandlers():
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handler = CurrentStderrHandler()
+        handler.setFormatter(TimestampFormatter())
         progress_log.addHandler(handler)
+
+
+# --- logging in the command line ---------------------------------------------------------------
+
+
+class CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is now, so a line logged while the bar is live goes through
+    rich's redirect and lands above the bar instead of through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+class TimestampFormatter(logging.Formatter):
+    """``2025-01-31 12:00:00 <message>`` for progress lines, ``... WARNING <logger>: <message>`` else."""
+
+    def __init__(self) -> None:
+        super().__init__(datefmt="%Y-%m-%d %H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        head = "" if record.name == progress_log.name else f"{record.levelname} {record.name}: "
+        text = f"{self.formatTime(record, self.datefmt)} {head}{record.getMessage()}"
+        return text + (f"\n{self.formatException(record.exc_info)}" if record.exc_info else "")
+
+
+def configure_logging() -> None:
+    """The command line's logging: one handler on stderr with timestamps (added once; handlers
+    someone else put on the root logger stay); eagle3_raw's own INFO lines shown, libraries' from
+    WARNING up."""
+    root = logging.getLogger()
+    if not any(isinstance(h, CurrentStderrHandler) for h in root.handlers):
+        handler = CurrentStderrHandler()
+        handler.setFormatter(TimestampFormatter())
+        root.addHandler(handler)
+    logging.getLogger("eagle3_raw").setLevel(logging.INFO)
+
+
+def quiet_libraries() -> None:
+    """Library output a command-line user should see once, or not at all.
+
+    ``datasets``, ``huggingface_hub`` and ``transformers`` each install a stderr handler of their
+    own; ``datasets`` and ``huggingface_hub`` also pass their records on to the root handler, so every
+    warning printed twice. Their handlers are removed and the records go through the root handler
+    once (timestamped, above a live bar). ``datasets``' progress bars (``Generating train split``)
+    are turned off: they landed between the bar and the summary. transformers' "Token indices
+    sequence length is longer than the specified maximum" is dropped: the server's limit is checked
+    per prompt, and the tokenizer's ``model_max_length`` means nothing here.
+    """
+    import datasets
+    import huggingface_hub.utils.logging  # noqa: F401  (installs its handler, removed below)
+    import transformers.utils.logging  # noqa: F401
+
+    datasets.disable_progress_bars()
+    for name in ("datasets", "huggingface_hub", "transformers"):
+        library = logging.getLogger(name)
+        library.handlers.clear()
+        library.propagate = True
+    logging.getLogger("transformers.tokenization_utils_base").addFilter(_no_length_warning)
+
+
+def _no_length_warning(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Token indices sequence length is longer than")
 
 
 def status_line(stats: RunStats, endpoints: Sequence[Endpoint]) -> str:
@@ -220,6 +353,12 @@ class Summary:
             f"generated tok/s   {self.tokens_per_second:,.0f} (this run)",
             f"journal           {self.journal}",
         ]
+        failed = sum(self.failed.values())
+        if failed:
+            lines.append(
+                f"not complete      {failed:,} rows failed for good and are not in the set; run the same "
+                "command with --retry-failed to try them again"
+            )
         return "\n".join(lines)
 
 

@@ -124,12 +124,57 @@ def iter_conversations(
     """The conversations of ``recipe.prompts`` in canonical order, lazily (see the module docs).
 
     Raises :class:`SourceError` at call time when the source as a whole cannot be opened (missing
-    path, unknown extension, unreadable file, Hub dataset not found), and from the iterator when a
-    file turns unreadable mid-way. A malformed row is yielded as a :class:`PromptFormatError` whose
-    ``row_id`` and ``index`` say which row it is.
+    path, unknown extension, unreadable file, Hub dataset not found) or has a problem every row
+    would have (see :func:`check_source`), and from the iterator when a file turns unreadable
+    mid-way. A malformed row is yielded as a :class:`PromptFormatError` whose ``row_id`` and
+    ``index`` say which row it is.
     """
     table = open_source(recipe, hub_revision=hub_revision)
+    check_source(table, recipe.prompts)
     return _conversations(_taken(table, recipe.prompts), recipe.prompts)
+
+
+def check_source(table: _Table, prompts: PromptsConfig) -> None:
+    """SourceError for what would fail every row, before any is read: a columnar file (Parquet, a
+    Hub dataset) without the format's column or the ``id_column``, a row-oriented file (JSON Lines,
+    JSON) whose first row has no ``id_column``, a source with no rows at all."""
+    for part in table.files if isinstance(table, _Files) else [table]:
+        columns = part.columns()
+        if columns is not None:
+            _check_columns(part.label, columns, prompts)
+    rows = iter(table.stream())
+    first = next(rows, None)
+    del rows  # closes the file it was reading
+    if first is None:
+        raise SourceError(f"prompt source {prompts.source}: holds no rows")
+    column = prompts.id_column
+    if column is not None and isinstance(first.data, Mapping) and column not in first.data:
+        keys = ", ".join(map(str, first.data)) or "none"
+        raise SourceError(
+            f"prompt source {prompts.source}: prompts.id_column {column!r} is not in the first row "
+            f"({first.where}; its fields: {keys})"
+        )
+
+
+def _check_columns(label: str, columns: Sequence[str], prompts: PromptsConfig) -> None:
+    wanted = _FORMAT_COLUMNS[prompts.format]
+    shown = ", ".join(columns) or "none"
+    if not any(c in columns for c in wanted):
+        need = " or ".join(map(repr, wanted))
+        raise SourceError(
+            f"prompt source {label}: no {need} column for format {prompts.format!r} (columns: {shown})"
+        )
+    if prompts.id_column is not None and prompts.id_column not in columns:
+        raise SourceError(f"prompt source {label}: no column {prompts.id_column!r} (prompts.id_column); "
+                          f"columns: {shown}")  # fmt: skip
+
+
+_FORMAT_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "auto": ("messages", "conversations", "prompt"),
+    "openai": ("messages",),
+    "sharegpt": ("conversations",),
+    "prompt": ("prompt",),
+}
 
 
 # --- rows -> conversations -------------------------------------------------------------------
@@ -308,9 +353,10 @@ def _sharegpt_turn(where: str, turn: Any) -> dict[str, Any]:
     if "from" not in turn and "role" in turn:  # {role, content}: how SpecForge writes conversations
         return _openai_message(where, turn)
     speaker = turn.get("from")
-    if not isinstance(speaker, str) or speaker.lower() not in SHAREGPT_ROLES:
-        allowed = ", ".join(SHAREGPT_ROLES)
-        raise _Malformed(f"{where}.from", f"unknown role {_shown(speaker)}; allowed: {allowed}")
+    if not isinstance(speaker, str):
+        raise _Malformed(f"{where}.from", f"expected a role string, got {_shown(speaker)}")
+    if speaker.lower() not in SHAREGPT_ROLES:
+        raise _Malformed(f"{where}.from", f"unknown role {speaker!r}; allowed: {', '.join(SHAREGPT_ROLES)}")
     return {"role": SHAREGPT_ROLES[speaker.lower()], "content": _string(f"{where}.value", turn.get("value"))}
 
 
@@ -425,11 +471,16 @@ def _shown(value: Any) -> str:
 class _Table(Protocol):
     """A source as a sequence of rows: streamed in order, or counted and read by position."""
 
+    label: str
+
     def stream(self) -> Iterator[_Raw]: ...
 
     def count(self) -> int: ...
 
     def at(self, position: int) -> _Raw: ...
+
+    def columns(self) -> Sequence[str] | None:
+        """The columns every row has (columnar sources), None when rows may differ."""
 
 
 def count_source_rows(recipe: Recipe) -> int | None:
@@ -540,7 +591,11 @@ class _Files:
 
     def __init__(self, files: Sequence[_Table]) -> None:
         self.files = files
+        self.label = ", ".join(f.label for f in files)
         self._starts: list[int] | None = None
+
+    def columns(self) -> Sequence[str] | None:
+        return None  # each file has its own
 
     def stream(self) -> Iterator[_Raw]:
         return itertools.chain.from_iterable(f.stream() for f in self.files)
@@ -563,8 +618,11 @@ class _JsonlFile:
     """A JSON Lines file: streamed line by line; indexed by line offsets for random access."""
 
     def __init__(self, path: Path, name: str) -> None:
-        self.path, self.name = path, name
+        self.path, self.name, self.label = path, name, str(path)
         self._offsets: list[int] | None = None
+
+    def columns(self) -> Sequence[str] | None:
+        return None
 
     def stream(self) -> Iterator[_Raw]:
         with _reading(self.path), self.path.open("rb") as handle:
@@ -623,8 +681,11 @@ def _reading(path: Path) -> Iterator[None]:
 class _RowList:
     """Rows already in memory (a parsed ``.json`` file)."""
 
-    def __init__(self, rows: list[Any], name: str) -> None:
-        self.rows, self.name = rows, name
+    def __init__(self, rows: list[Any], name: str, label: str) -> None:
+        self.rows, self.name, self.label = rows, name, label
+
+    def columns(self) -> Sequence[str] | None:
+        return None
 
     def stream(self) -> Iterator[_Raw]:
         return (self.at(position) for position in range(len(self.rows)))
@@ -647,22 +708,26 @@ def _open_json(path: Path, name: str) -> _Table:
         data = data["data"]
     if not isinstance(data, list):
         raise SourceError(f'prompt source {path}: expected a JSON array of rows or {{"data": [rows]}}')
-    return _RowList(data, name)
+    return _RowList(data, name, str(path))
 
 
 class _ParquetFile:
     """A Parquet file: streamed by record batches; loaded whole for random access."""
 
     def __init__(self, path: Path, name: str) -> None:
-        self.path, self.name = path, name
+        self.path, self.name, self.label = path, name, str(path)
         self._table: pa.Table | None = None
-        self._rows = self._metadata_rows()
+        self._rows, self._columns = self._metadata()
 
-    def _metadata_rows(self) -> int:
+    def _metadata(self) -> tuple[int, list[str]]:
         import pyarrow.parquet as pq
 
         with _arrow_errors(self.path):
-            return int(pq.ParquetFile(self.path).metadata.num_rows)
+            file = pq.ParquetFile(self.path)
+            return int(file.metadata.num_rows), list(file.schema_arrow.names)
+
+    def columns(self) -> Sequence[str] | None:
+        return self._columns
 
     def stream(self) -> Iterator[_Raw]:
         import pyarrow.parquet as pq
@@ -705,6 +770,9 @@ class _HubTable:
 
     def __init__(self, dataset: datasets.Dataset, label: str) -> None:
         self.dataset, self.label = dataset, label
+
+    def columns(self) -> Sequence[str] | None:
+        return list(self.dataset.column_names)
 
     def stream(self) -> Iterator[_Raw]:
         for position, row in enumerate(self.dataset):

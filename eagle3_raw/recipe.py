@@ -12,6 +12,7 @@ import copy
 import difflib
 import functools
 import hashlib
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 import yaml
 
-from eagle3_raw.errors import RecipeError
+from eagle3_raw.errors import RecipeError, RecipeFileError
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -79,6 +80,16 @@ MANAGED_SAMPLING_KEYS: Mapping[str, str] = {
 
 _OWN_SAMPLING_KEYS = frozenset({"samples_per_prompt", "seed"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+_HUB_MODEL_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b", re.ASCII)
+"""A Hub model id (``name`` or ``org/name``), as ``huggingface_hub.utils.validate_repo_id`` checks it."""
+
+
+def is_hub_id(value: str) -> bool:
+    """True when ``value`` has the form of a Hub repo id (``name`` or ``org/name``)."""
+    return bool(_HUB_MODEL_ID.fullmatch(value)) and "--" not in value and ".." not in value
+
+
+log = logging.getLogger("eagle3_raw")
 
 T = TypeVar("T")
 
@@ -193,7 +204,8 @@ def load_recipe(
         path = find_recipe_file(source)
         raw, base_dir = read_yaml(path), path.parent
         raw.setdefault("name", path.stem)
-    recipe = parse_recipe(apply_overrides(raw, overrides or {}), base_dir=base_dir)
+    items = _override_items(overrides or {})
+    recipe = parse_recipe(_one_server_kind(_apply_items(raw, items), items), base_dir=base_dir)
     recipe.fingerprint  # noqa: B018  (computed now, from the files as they are at load time)
     return recipe
 
@@ -209,24 +221,48 @@ def find_recipe_file(source: str | Path) -> Path:
     for candidate in (bundled / path.name, bundled / f"{path.name}.yaml"):
         if not path.parent.parts and candidate.is_file():
             return candidate
-    raise RecipeError("recipe", str(source), "expected a YAML file or a bundled recipe name")
+    names = ", ".join(sorted(p.stem for p in bundled.glob("*.yaml"))) or "none"
+    where = "no such file" if not path.exists() else "not a file"
+    raise RecipeFileError(str(source), f"{where}, and no bundled recipe has that name (bundled: {names})")
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML file holding a mapping; errors name the file."""
+    """A YAML file holding a mapping; errors name the file (and the line, for bad YAML)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise RecipeError("recipe", str(path), f"expected a readable YAML file ({exc})") from exc
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise RecipeFileError(str(path), f"cannot read it ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        problem = (
+            f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        )
+        raise RecipeFileError(str(path), problem) from exc
+    except yaml.YAMLError as exc:
+        raise RecipeFileError(str(path), f"not valid YAML ({yaml_problem(exc)})") from exc
     if not isinstance(data, dict):
-        raise RecipeError("recipe", str(path), "expected a YAML mapping at the top level")
+        raise RecipeFileError(
+            str(path), f"expected a YAML mapping at the top level, got {type(data).__name__}"
+        )
     return data
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line saying what is wrong with a YAML text, and where (1-based line and column)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        return f"{where}{exc.problem or exc.context or 'cannot parse it'}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
     """``raw`` with the overrides applied (see :func:`load_recipe`); ``raw`` is not modified."""
+    return _apply_items(raw, _override_items(overrides))
+
+
+def _apply_items(raw: dict[str, Any], items: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     result = copy.deepcopy(raw)
-    for dotted, value in _override_items(overrides):
+    for dotted, value in items:
         _set_path(result, dotted.split("."), value)
     return result
 
@@ -244,8 +280,32 @@ def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise RecipeError("--set", item, "expected KEY=VALUE, e.g. sampling.temperature=0.7")
-        items.append((key.strip(), yaml.safe_load(text)))
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            allowed = f"VALUE is not valid YAML ({yaml_problem(exc)}); quote a string, e.g. key='[text'"
+            raise RecipeError("--set", item, allowed) from exc
+        items.append((key.strip(), value))
     return items
+
+
+_SERVER_KINDS = ("server.endpoints", "server.launch")
+
+
+def _one_server_kind(raw: dict[str, Any], items: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """``raw`` where an override of ``server.endpoints`` (or ``server.launch``) replaces the recipe's
+    other kind of server: ``--set server.endpoints=[...]`` on a recipe that launches the reference
+    server sends every request to the given endpoints, and launches nothing (a notice says so)."""
+    given = {key for key, value in items if key in _SERVER_KINDS and value not in (None, [], "")}
+    if len(given) != 1:
+        return raw
+    (kept,) = given
+    dropped = next(k for k in _SERVER_KINDS if k != kept).split(".")[1]
+    server = raw.get("server")
+    if not isinstance(server, dict) or server.get(dropped) in (None, [], ""):
+        return raw
+    log.info("%s is overridden: the recipe's server.%s (%r) is not used", kept, dropped, server[dropped])
+    return {**raw, "server": {**server, dropped: None}}
 
 
 def _flatten(key: str, value: Any) -> list[tuple[str, Any]]:
@@ -318,6 +378,12 @@ def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
     launch = _choice(raw, "launch", "server.", ("reference", None), None)
     if not endpoints and launch is None:
         raise RecipeError("server.endpoints", [], "give at least one URL, or set server.launch: reference")
+    if endpoints and launch is not None:
+        raise RecipeError(
+            "server.launch", launch,
+            "cannot be combined with server.endpoints (the requests would be split between your "
+            "servers and the built-in one): keep one of them",
+        )  # fmt: skip
     args = _get(raw, "launch_args", "server.", list, "a list of strings", [])
     return ServerConfig(
         endpoints=endpoints,
@@ -388,7 +454,7 @@ def _check_sampling_key(key: str) -> None:
         raise RecipeError(f"sampling.{key}", key, f"not settable: {MANAGED_SAMPLING_KEYS[key]}")
     if key not in SGLANG_SAMPLING_DEFAULTS and key not in SGLANG_OPTIONAL_SAMPLING_KEYS:
         allowed = sorted({*SGLANG_SAMPLING_DEFAULTS, *SGLANG_OPTIONAL_SAMPLING_KEYS, *_OWN_SAMPLING_KEYS})
-        hint = _SAMPLING_ALIASES.get(key) or _did_you_mean(key, allowed)
+        hint = _SAMPLING_ALIASES.get(key) or did_you_mean(key, allowed)
         raise RecipeError(
             f"sampling.{key}", key, f"not an SGLang sampling key{hint}; allowed: {', '.join(allowed)}"
         )
@@ -462,11 +528,11 @@ def _check_keys(prefix: str, raw: Mapping[str, Any], allowed: frozenset[str]) ->
         if key not in allowed:
             raise RecipeError(
                 f"{prefix}{key}", raw[key],
-                f"unknown field{_did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}",
+                f"unknown field{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}",
             )  # fmt: skip
 
 
-def _did_you_mean(key: object, known: Iterable[str]) -> str:
+def did_you_mean(key: object, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for a near miss of one of ``known``, else ``""``."""
     close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -630,15 +696,31 @@ def _prompts_identity(recipe: Recipe) -> dict[str, Any]:
 def _model_identity(recipe: Recipe) -> dict[str, Any]:
     m = recipe.model
     tokenizer_dir = tokenizer_path(recipe)
+    if tokenizer_dir is None and not is_hub_id(m.tokenizer):
+        where = recipe.resolve_path(m.tokenizer)
+        problem = "is not a folder" if where.exists() else "does not exist"
+        allowed = f"no tokenizer folder: {where} {problem} (and it is not a Hub model id, org/name)"
+        raise RecipeError("model.tokenizer", m.tokenizer, allowed)
     return {
         "tokenizer": (
             {"content": digest_path(tokenizer_dir)}
             if tokenizer_dir is not None
             else {"hub": m.tokenizer, "revision": m.revision}
         ),
-        "chat_template": digest_path(recipe.resolve_path(m.chat_template)) if m.chat_template else None,
+        "chat_template": _template_digest(recipe) if m.chat_template else None,
         "chat_template_kwargs": dict(m.chat_template_kwargs),
     }
+
+
+def _template_digest(recipe: Recipe) -> str:
+    assert recipe.model.chat_template is not None
+    path = recipe.resolve_path(recipe.model.chat_template)
+    if not path.is_file():
+        problem = "is a folder" if path.is_dir() else "does not exist"
+        raise RecipeError(
+            "model.chat_template", str(path), f"no such file: {problem}; give a Jinja template file"
+        )
+    return digest_path(path)
 
 
 def tokenizer_path(recipe: Recipe) -> Path | None:

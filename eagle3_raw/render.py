@@ -32,9 +32,10 @@ import orjson
 
 from eagle3_raw.errors import PromptFormatError, RecipeError
 from eagle3_raw.prompts import Conversation
-from eagle3_raw.recipe import Recipe, tokenizer_path
+from eagle3_raw.recipe import Recipe, did_you_mean, is_hub_id, tokenizer_path
 
 if TYPE_CHECKING:
+    import jinja2
     from transformers import PreTrainedTokenizerBase
 
 _TEMPLATE_FAILURES: tuple[type[Exception], ...] = (
@@ -61,8 +62,9 @@ class Renderer:
 
     Loading raises :class:`RecipeError` (on ``model.tokenizer``, ``model.chat_template`` or
     ``model.chat_template_kwargs``) when the tokenizer cannot be loaded, the template override
-    cannot be read, no chat template is available, or a keyword collides with
-    ``apply_chat_template``'s own arguments.
+    cannot be read, no chat template is available, the template has a Jinja syntax error (every
+    row would fail), or a keyword collides with ``apply_chat_template``'s own arguments or is one
+    the template never reads (a typo would silently give the template's default).
     """
 
     def __init__(self, recipe: Recipe) -> None:
@@ -74,7 +76,10 @@ class Renderer:
             self._tokenizer.chat_template = read_template(recipe)
         if self._tokenizer.chat_template is None:
             raise RecipeError("model.chat_template", None, "the tokenizer has no chat template; give a file")
+        where = recipe.model.chat_template or f"the chat template of {recipe.model.tokenizer}"
+        read = template_variables(self._tokenizer.chat_template, where)
         self._kwargs = checked_kwargs(self._tokenizer, recipe.model.chat_template_kwargs)
+        check_kwargs_are_read(read, self._kwargs, ignore=self._tokenizer.special_tokens_map)
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -121,8 +126,11 @@ class Renderer:
         return str(text)
 
     def encode(self, text: str) -> list[int]:
-        """``text`` as ids, no special tokens added (the template wrote the ones it wants)."""
-        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+        """``text`` as ids, no special tokens added (the template wrote the ones it wants).
+
+        ``verbose=False``: transformers would warn that a prompt is longer than the tokenizer's
+        ``model_max_length``; the server's own limit is what counts, and it is checked per prompt."""
+        return list(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def _prompt_ids(self, conv: Conversation, turn: int) -> list[int]:
         import jinja2
@@ -193,10 +201,19 @@ def load_tokenizer(recipe: Recipe) -> PreTrainedTokenizerBase:
         )
     except Exception as exc:  # transformers raises many kinds (OSError, ValueError, HTTP errors)
         raise RecipeError(
-            "model.tokenizer",
-            recipe.model.tokenizer,
-            f"could not load a tokenizer from {source} ({type(exc).__name__}: {exc})",
+            "model.tokenizer", recipe.model.tokenizer, _load_problem(recipe, local, exc)
         ) from exc
+
+
+def _load_problem(recipe: Recipe, local: Path | None, exc: Exception) -> str:
+    """Why the tokenizer did not load, saying whether it was tried as a local folder or a Hub id."""
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+    if local is not None:
+        return f"could not load a tokenizer from the folder {local} ({cause})"
+    missing = recipe.resolve_path(recipe.model.tokenizer)
+    if not is_hub_id(recipe.model.tokenizer):  # load_recipe refuses these first; a Recipe built by hand
+        return f"no tokenizer folder: {missing} does not exist (and it is not a Hub model id)"
+    return f"no local folder {missing}, and loading it as a Hub model id failed ({cause})"
 
 
 def read_template(recipe: Recipe) -> str:
@@ -220,6 +237,64 @@ def checked_kwargs(tokenizer: PreTrainedTokenizerBase, kwargs: Mapping[str, Any]
             "model.chat_template_kwargs", dict(kwargs), f"{', '.join(clashes)} are set by eagle3_raw itself"
         )
     return dict(kwargs)
+
+
+def template_variables(template: str | Mapping[str, str], where: str) -> frozenset[str]:
+    """Compile the chat template(s) as transformers does for rendering, and return every name they
+    read from their context (``messages``, ``tools``, special tokens, the keywords they look at):
+    ``jinja2.meta.find_undeclared_variables`` over each template's AST, the environment's globals
+    (``raise_exception``, ``strftime_now``, ...) left out.
+
+    RecipeError (``model.chat_template``, naming ``where`` and the line) on a Jinja syntax error,
+    which would otherwise fail every row one by one.
+    """
+    import jinja2
+    import jinja2.meta
+
+    named = template.items() if isinstance(template, Mapping) else [("", template)]
+    names: set[str] = set()
+    for name, text in named:
+        try:
+            env = _compile(text).environment
+            names |= jinja2.meta.find_undeclared_variables(env.parse(text)) - set(env.globals)
+        except jinja2.TemplateSyntaxError as exc:
+            label = f"{where} (template {name!r})" if name else where
+            problem = f"Jinja syntax error at line {exc.lineno}: {exc.message}"
+            raise RecipeError("model.chat_template", label, problem) from exc
+    return frozenset(names)
+
+
+def _compile(text: str) -> jinja2.Template:
+    try:  # what apply_chat_template renders with: its sandbox, extensions ({% generation %}), globals
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # private API: fall back to the sandbox alone
+        import jinja2.ext
+        import jinja2.sandbox
+
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=[jinja2.ext.loopcontrols])
+        return env.from_string(text)
+    return _compile_jinja_template(text)  # type: ignore[no-any-return]
+
+
+def check_kwargs_are_read(read: frozenset[str], kwargs: Mapping[str, Any], *, ignore: Container[str]) -> None:
+    """RecipeError on ``model.chat_template_kwargs`` naming each keyword the template never reads
+    (``enable_thinkin``), with a did-you-mean among the ones it does read (``read``, from
+    :func:`template_variables`; names in ``ignore``, the special tokens, are not offered).
+    transformers passes ``chat_template_kwargs`` to the template and reads none of them itself,
+    so an unread keyword changes nothing: a typo would silently give the template's default."""
+    unread = sorted(set(kwargs) - read)
+    if not unread:
+        return
+    offered = sorted(name for name in read - _SET_BY_US if name not in ignore)
+    hints = "".join(did_you_mean(name, offered) for name in unread)
+    allowed = (
+        f"the chat template never reads {', '.join(map(repr, unread))}{hints}; "
+        f"the keywords it reads: {', '.join(offered) or 'none'}"
+    )
+    raise RecipeError("model.chat_template_kwargs", dict(kwargs), allowed)
+
+
+_SET_BY_US = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
 
 
 def template_digest(template: str | Mapping[str, str] | None) -> str:

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import termios
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -130,3 +139,39 @@ def rid_attempt(rid: str) -> int:
 def rid_run(rid: str) -> str:
     """The part of a request id unique to the run that sent it (the first 8 hex digits after ``-``)."""
     return rid.rsplit("-", 1)[1][:8]
+
+
+def run_in_terminal(
+    command: list[str], *, columns: int = 80, timeout: float = 120, raw: bool = False
+) -> tuple[int, str]:
+    """Run ``command`` with a pseudo-terminal of ``columns`` columns as stdout and stderr (as a user
+    at a shell would); its exit code and output with the terminal control sequences removed
+    (kept with ``raw``)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "24"}
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    output, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([master], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif process.poll() is not None:
+            break
+    os.close(master)
+    code = process.wait(timeout=10)
+    text = output.decode(errors="replace")
+    return code, text if raw else strip_terminal_codes(text)
+
+
+def strip_terminal_codes(text: str) -> str:
+    """``text`` without ANSI control sequences: a cursor move or a line erase (a redrawn frame)
+    becomes a line break, colours and the rest go."""
+    text = re.sub(r"\x1b\[[0-9]*[ABK]", "\n", text)
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", text)

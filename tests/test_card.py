@@ -182,7 +182,7 @@ def test_section_shows_how_it_was_made_counts_and_how_to_use_it() -> None:
     assert "`length` 50, `stop` 850" in text
     assert "| skipped | row 'x': the chat template refused it \\| pipes | 2 |" in text
     assert "| failed | 8 attempts failed | 1 |" in text
-    assert "SGLang `0.5.23` serving `/models/m` as `m`" in text
+    assert "SGLang `0.5.23` serving `…/m` as `m`" in text
     assert "`dtype=auto`, `tp_size=1`" in text and "launch_command" not in text
     assert "tokenizer sha256 `" + "aa" * 32 + "`" in text and "chat template sha256 `" + "bb" * 32 in text
     assert (
@@ -268,3 +268,28 @@ def test_lengths_svg_is_well_formed_xml() -> None:
     assert "min 1" in texts and "max 3 tokens" in texts
     bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#4c78a8"]
     assert len(bars) == 3
+
+
+def test_the_card_shows_no_local_absolute_paths() -> None:
+    """What the recipe wrote as a Hub id or a relative path stays; a machine's absolute paths become
+    their last part (issue 14)."""
+    manifest = {
+        "server": {
+            "version": "0.5.23", "model_path": "/home/me/models/Qwen3-8B",
+            "served_model_name": "/home/me/models/Qwen3-8B", "weight_version": "default",
+            "server_info": {"tokenizer_path": "/home/me/models/Qwen3-8B/", "download_dir": "/scratch/me/hf",
+                            "tp_size": 2, "dtype": "bfloat16", "extra": ["/opt/x/lib", "keep me"]},
+        },
+        "tokenizer": {**MANIFEST["tokenizer"], "tokenizer": "/home/me/models/Qwen3-8B"},
+    }  # fmt: skip
+    text = card.render_section(_section(manifest=manifest))
+    assert "/home/me" not in text and "/scratch" not in text and "/opt/x" not in text
+    assert "serving `…/Qwen3-8B`" in text and "`tokenizer_path=…/Qwen3-8B`" in text
+    assert "`download_dir=…/hf`" in text and "`tp_size=2`" in text and "keep me" in text
+    assert "**Model and tokenizer**: `…/Qwen3-8B`" in text
+    relative = {**manifest, "tokenizer": {**MANIFEST["tokenizer"], "tokenizer": "models/qwen"}}
+    assert "**Model and tokenizer**: `models/qwen`" in card.render_section(_section(manifest=relative))
+    hub_id = card.render_section(
+        _section(manifest={**manifest, "server": {**manifest["server"], "model_path": "Qwen/Qwen3-8B"}})
+    )
+    assert "serving `Qwen/Qwen3-8B`" in hub_id

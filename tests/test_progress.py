@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from eagle3_raw.endpoints import Endpoint
 from eagle3_raw.progress import RunStats, Summary, status_line
+from tests.helpers import reference_server, run_in_terminal, write_prompts, write_recipe
 
 
 def test_status_line_names_endpoints_that_are_down() -> None:
@@ -51,3 +61,98 @@ def test_the_total_is_estimated_from_the_rows_planned_per_source_row() -> None:
     planned = _planned(RunStats(source_rows=1000, planned=7), [1, 2])
     assert planned.total() == (7, True)
     assert RunStats().total() == (None, False)  # nothing known yet
+
+
+# --- where people run long jobs (issue 14) ----------------------------------------------------------
+
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
+
+def _slow_build(tmp_path: Path, *extra: str) -> tuple[list[str], Any]:
+    """A 600-row build against a server slow enough for several frames: more rows than the planner
+    queues ahead, so the total stays an estimate (``~``) for most of the run."""
+    write_prompts(tmp_path, 600)
+    server = reference_server(tmp_path, "--slots", "8", "--ms-per-token", "4")
+    return [
+        sys.executable, "-m", "eagle3_raw.cli", "build", "RECIPE", "--journal-dir", str(tmp_path / "j"),
+        "--cache-dir", str(tmp_path / "c"), *extra,
+    ], server  # fmt: skip
+
+
+def _with_recipe(command: list[str], tmp_path: Path, url: str) -> list[str]:
+    recipe = write_recipe(
+        tmp_path, endpoints=[url], sampling={"max_new_tokens": 8}, server={"max_in_flight": 8}
+    )
+    return [str(recipe) if part == "RECIPE" else part for part in command]
+
+
+def test_the_bar_at_80_columns_shows_the_row_count_the_bar_and_the_eta(tmp_path: Path) -> None:
+    command, server = _slow_build(tmp_path)
+    with server as (process, _):
+        code, text = run_in_terminal(_with_recipe(command, tmp_path, process.url), columns=80)
+    assert code == 0, text[-2000:]
+    frames = re.findall(r"^t (━[━╸╺]*) +([\d,]+)/(~?)([\d,]+) rows +\d+% ETA (\S+)\r?$", text, re.MULTILINE)
+    assert len(frames) >= 3, text[-3000:]
+    assert all(len(bar) >= 10 for bar, *_ in frames)  # a real bar, not squeezed to nothing
+    assert any(mark == "~" for _, _, mark, _, _ in frames)  # the estimate is marked while it is one
+    assert frames[-1][1:4] == ("600", "", "600")  # then the exact total
+    assert any(eta != "?" for *_, eta in frames)
+    lines = re.split(r"[\r\n]+", text.split("rows              600")[0])
+    assert max(map(len, lines)) <= 80  # nothing wraps: every frame fits the terminal
+    assert re.search(r"^  [\d,]+ tok/s, \d+ in flight", text, re.MULTILINE)  # the status line under it
+    assert "Generating train split" not in text  # datasets' own bar stays out of the summary
+
+
+def test_without_a_terminal_the_progress_is_timestamped_log_lines(tmp_path: Path) -> None:
+    command, server = _slow_build(tmp_path, "--log-interval", "0.5")
+    with server as (process, _):
+        done = subprocess.run(
+            _with_recipe(command, tmp_path, process.url), capture_output=True, text=True, timeout=120
+        )  # like nohup, CI or `| tee`: no terminal, and no --quiet
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert re.fullmatch(rf"{STAMP} t: started; progress every 0.5 s", lines[0]), lines[0]
+    progress = [line for line in lines if re.match(rf"{STAMP} t: [\d,]+/~?[\d,]+ rows \(", line)]
+    assert len(progress) >= 3, done.stderr
+    assert any("/~" in line for line in progress) and "600/600 rows (100.0%)" in progress[-1]
+    assert "━" not in done.stderr + done.stdout and "Generating train split" not in done.stderr
+    assert done.stdout.startswith("rows              600\n")  # the summary, nothing before it
+
+
+def test_quiet_log_lines_have_timestamps_in_a_terminal_too(tmp_path: Path) -> None:
+    command, server = _slow_build(tmp_path, "--quiet", "--log-interval", "0.5")
+    with server as (process, _):
+        code, text = run_in_terminal(_with_recipe(command, tmp_path, process.url), columns=80)
+    assert code == 0, text[-2000:]
+    assert len(re.findall(rf"^{STAMP} t: [\d,]+/~?[\d,]+ rows \(", text, re.MULTILINE)) >= 3, text[-2000:]
+    assert "━" not in text
+
+
+def test_library_warnings_print_once_and_the_length_warning_not_at_all(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from eagle3_raw.progress import configure_logging, quiet_libraries
+    from eagle3_raw.reference.model_files import load_tokenizer
+
+    configure_logging()
+    quiet_libraries()
+    logging.getLogger("datasets.builder").warning("a datasets warning")
+    logging.getLogger("huggingface_hub.file_download").warning("a hub warning")
+    tokenizer = load_tokenizer()
+    tokenizer.model_max_length = 8
+    assert len(tokenizer("a long prompt " * 40)["input_ids"]) > 8
+    err = capfd.readouterr().err
+    assert err.count("a datasets warning") == 1 and err.count("a hub warning") == 1
+    assert re.search(rf"{STAMP} WARNING datasets.builder: a datasets warning", err)
+    assert "Token indices sequence length" not in err
+
+
+def test_the_summary_says_when_rows_failed_for_good() -> None:
+    summary = Summary(
+        rows=8, prompt_tokens=80, generated_tokens=400, finish_reasons={"stop": 8}, dropped=0, skipped={},
+        failed={"1 attempt failed; last: HTTP 500": 2}, wall_time=1.0, run_generated_tokens=400, journal="/j",
+    )  # fmt: skip
+    assert "not complete      2 rows failed for good and are not in the set; run the same command with " \
+        "--retry-failed to try them again" in summary.render()  # fmt: skip
+    ok = Summary(**{**summary.__dict__, "failed": {}})
+    assert "not complete" not in ok.render()

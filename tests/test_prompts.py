@@ -274,10 +274,10 @@ def test_duplicate_ids_from_the_id_column(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", [None, "", 1.5, True, ["x"]])
 def test_a_bad_or_missing_id_is_a_format_error(tmp_path: Path, value: Any) -> None:
-    rows = [{"prompt": "x"} if value is None else {"id": value, "prompt": "x"}, {"id": "ok", "prompt": "y"}]
-    bad, good = items(source=str(write_jsonl(tmp_path / "i.jsonl", rows)), id_column="id")
-    assert isinstance(bad, PromptFormatError) and bad.row_id == "#0"
-    assert "row #0 id: expected a non-empty string or an integer id" in str(bad)
+    rows = [{"id": "ok", "prompt": "y"}, {"prompt": "x"} if value is None else {"id": value, "prompt": "x"}]
+    good, bad = items(source=str(write_jsonl(tmp_path / "i.jsonl", rows)), id_column="id")
+    assert isinstance(bad, PromptFormatError) and bad.row_id == "#1"
+    assert "row #1 id: expected a non-empty string or an integer id" in str(bad)
     assert isinstance(good, Conversation) and good.source_id == "ok"
 
 
@@ -489,3 +489,64 @@ def test_a_utf8_bom_is_not_part_of_the_first_row(tmp_path: Path) -> None:
     for name in ("bom.jsonl", "bom.json"):
         first = next(iter_conversations(make_recipe(tmp_path, source=name)))
         assert isinstance(first, Conversation) and first.messages[0]["content"] == "a"
+
+
+# --- problems every row would have: refused before any row (issue 14) ------------------------------
+
+
+def test_an_unknown_sharegpt_role_is_quoted_once(tmp_path: Path) -> None:
+    rows = [{"id": "a", "conversations": [{"from": "alien", "value": "hi"}]},
+            {"id": "b", "conversations": [{"from": 3, "value": "hi"}]}]  # fmt: skip
+    alien, number = items(source=str(write_jsonl(tmp_path / "r.jsonl", rows)), id_column="id")
+    assert "conversations[0].from: unknown role 'alien'; allowed: system, human" in str(alien)
+    assert "conversations[0].from: expected a role string, got int 3" in str(number)
+
+
+@pytest.mark.parametrize(
+    ("rows", "prompts", "fragment"),
+    [
+        ([{"prompt": "x"}], {"id_column": "id"}, "prompts.id_column 'id' is not in the first row (p.parquet"),
+        ([{"id": "a", "text": "x"}], {}, "or 'prompt' column for format 'auto' (columns: id, text)"),
+        ([{"id": "a", "prompt": "x"}], {"format": "openai"}, "no 'messages' column for format 'openai'"),
+    ],
+)  # fmt: skip
+def test_a_parquet_file_with_the_wrong_columns_is_refused_at_open(
+    tmp_path: Path, rows: list[dict[str, Any]], prompts: dict[str, Any], fragment: str
+) -> None:
+    if "id_column" in prompts:
+        fragment = "no column 'id' (prompts.id_column); columns: prompt"
+    write_parquet(tmp_path / "p.parquet", rows)
+    with pytest.raises(SourceError) as refused:
+        iter_conversations(make_recipe(tmp_path, source="p.parquet", **prompts))
+    assert str(tmp_path / "p.parquet") in str(refused.value) and fragment in str(refused.value)
+
+
+def test_a_folder_checks_every_parquet_file(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    write_parquet(tmp_path / "src" / "a.parquet", prompt_rows(2))
+    write_parquet(tmp_path / "src" / "b.parquet", [{"prompt": "no id"}])
+    with pytest.raises(SourceError, match=r"b\.parquet: no column 'id'"):
+        iter_conversations(make_recipe(tmp_path, source="src", id_column="id"))
+
+
+def test_a_jsonl_file_whose_first_row_has_no_id_column_is_refused(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "p.jsonl", [{"uid": "a", "prompt": "x"}, {"uid": "b", "prompt": "y"}])
+    with pytest.raises(SourceError) as refused:
+        iter_conversations(make_recipe(tmp_path, source="p.jsonl", id_column="id"))
+    assert str(refused.value) == (
+        "prompt source p.jsonl: prompts.id_column 'id' is not in the first row (p.jsonl line 1; its fields: "
+        "uid, prompt)"
+    )
+
+
+@pytest.mark.parametrize(("name", "content"), [("e.jsonl", b"\n\n"), ("e.json", b"[]"), ("e2.jsonl", b"")])
+def test_a_source_without_rows_is_refused(tmp_path: Path, name: str, content: bytes) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(SourceError, match=f"prompt source {name}: holds no rows"):
+        iter_conversations(make_recipe(tmp_path, source=name))
+
+
+def test_a_hub_dataset_without_the_id_column_is_refused(hub: HubServer) -> None:
+    _push(hub, "alice/noid", "default", [{"prompt": "x"}, {"prompt": "y"}])
+    with pytest.raises(SourceError, match=r"alice/noid\[train\]: no column 'id' \(prompts.id_column\)"):
+        items(source="alice/noid", id_column="id")

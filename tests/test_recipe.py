@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from eagle3_raw.errors import RecipeError
+from eagle3_raw.errors import RecipeError, RecipeFileError
 from eagle3_raw.recipe import Recipe, load_recipe, parse_set_args
 
 
@@ -240,3 +241,83 @@ def test_fingerprint_counts_only_the_files_a_prompt_folder_is_read_from(tmp_path
     assert load_recipe(_raw(prompts={"source": str(folder)})).fingerprint == before
     (folder / "q.parquet").write_bytes(b"PAR1")
     assert load_recipe(_raw(prompts={"source": str(folder)})).fingerprint != before
+
+
+# --- the recipe file and the command line's values (issue 14) ------------------------------------
+
+
+def test_a_missing_recipe_file_is_named_with_the_bundled_recipes(tmp_path: Path) -> None:
+    with pytest.raises(RecipeFileError) as missing:
+        load_recipe(tmp_path / "nope.yaml")
+    assert str(missing.value) == (
+        f"recipe file {tmp_path / 'nope.yaml'}: no such file, and no bundled recipe has that name "
+        "(bundled: demo)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"name: caf\xe9\n", "not UTF-8 text (byte 0xe9 at offset 9); save it as UTF-8"),
+        (b"name: t\nprompts: [\n", "not valid YAML (line 3, column 1: expected the node content"),
+        (b"- a\n- b\n", "expected a YAML mapping at the top level, got list"),
+    ],
+)
+def test_an_unusable_recipe_file_is_one_line_naming_it(tmp_path: Path, content: bytes, problem: str) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_bytes(content)
+    with pytest.raises(RecipeError) as refused:
+        load_recipe(path)
+    assert str(refused.value).startswith(f"recipe file {path}: {problem}")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_set_value_that_is_not_yaml_is_refused_with_the_item() -> None:
+    with pytest.raises(RecipeError) as refused:
+        parse_set_args(["sampling.stop=[unclosed"])
+    assert refused.value.field == "--set" and refused.value.value == "sampling.stop=[unclosed"
+    assert "VALUE is not valid YAML (line 1, column 10:" in str(refused.value)
+    assert parse_set_args(["sampling.stop='[unclosed'"]) == {"sampling.stop": "[unclosed"}  # quoted: fine
+
+
+def test_an_endpoints_override_replaces_launching_the_reference_server(
+    recipe_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = recipe_dir / "r.yaml"
+    path.write_text(yaml.safe_dump(_raw(server={"launch": "reference"})))
+    assert load_recipe(path).server.launch == "reference"
+    with caplog.at_level(logging.INFO, logger="eagle3_raw"):
+        recipe = load_recipe(path, ["server.endpoints=[http://gpu-1:30000]"])
+    assert recipe.server.endpoints == ("http://gpu-1:30000",) and recipe.server.launch is None
+    assert "overridden: the recipe's server.launch ('reference') is not used" in caplog.text
+    as_mapping = load_recipe(path, {"server": {"endpoints": "http://gpu-2:30000"}})
+    assert as_mapping.server.launch is None  # a section override does the same
+    # and the other way round: launching the reference server replaces the recipe's endpoints
+    path.write_text(yaml.safe_dump(_raw()))
+    launched = load_recipe(path, ["server.launch=reference"])
+    assert launched.server.endpoints == () and launched.server.launch == "reference"
+
+
+def test_a_recipe_with_both_endpoints_and_launch_is_refused(recipe_dir: Path) -> None:
+    with pytest.raises(RecipeError, match=r"cannot be combined with server\.endpoints") as refused:
+        _load(recipe_dir, server__launch="reference")
+    assert refused.value.field == "server.launch"
+
+
+def test_a_missing_template_file_is_named_as_the_template(recipe_dir: Path) -> None:
+    with pytest.raises(RecipeError) as refused:
+        _load(recipe_dir, model__chat_template="templates/chat.jinja")
+    assert refused.value.field == "model.chat_template"
+    assert str(refused.value) == (
+        f"recipe field 'model.chat_template': got '{recipe_dir / 'templates' / 'chat.jinja'}'; "
+        "no such file: does not exist; give a Jinja template file"
+    )
+
+
+@pytest.mark.parametrize("tokenizer", ["./models/qwen", "/nowhere/qwen", "~/models/qwen", "a/b/c"])
+def test_a_missing_tokenizer_folder_is_not_called_a_bad_hub_id(recipe_dir: Path, tokenizer: str) -> None:
+    with pytest.raises(RecipeError) as refused:
+        _load(recipe_dir, model__tokenizer=tokenizer)
+    assert refused.value.field == "model.tokenizer"
+    assert "no tokenizer folder:" in str(refused.value) and "does not exist" in str(refused.value)
+    assert "Repo id" not in str(refused.value)

@@ -292,3 +292,54 @@ def test_a_tokenizer_without_a_chat_template_needs_a_template_file(tmp_path: Pat
         r.tokenizer.decode(r.render(conv({"role": "user", "content": "z"}))[0].prompt_ids)
         == "[user]z[assistant]"
     )
+
+
+# --- whole-run problems found at load (issue 14) -----------------------------------------------
+
+
+def test_a_chat_template_kwarg_the_template_never_reads_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    assert Renderer(make_recipe(tmp_path, chat_template_kwargs={"enable_thinking": False}))  # read: fine
+    with pytest.raises(RecipeError) as refused:
+        Renderer(make_recipe(tmp_path, chat_template_kwargs={"enable_thinkin": False}))
+    assert refused.value.field == "model.chat_template_kwargs"
+    message = str(refused.value)
+    assert "the chat template never reads 'enable_thinkin' (did you mean 'enable_thinking'?)" in message
+    assert "enable_thinking" in message.split("the keywords it reads: ")[1]
+    # a template that reads none: every keyword is refused, nothing to suggest
+    (tmp_path / "strict.jinja").write_text(STRICT_TEMPLATE)
+    with pytest.raises(RecipeError, match="never reads 'x'; the keywords it reads: none"):
+        Renderer(make_recipe(tmp_path, chat_template="strict.jinja", chat_template_kwargs={"x": 0}))
+
+
+def test_special_tokens_and_defined_checks_count_as_read(tmp_path: Path) -> None:
+    (tmp_path / "t.jinja").write_text(
+        "{{ bos_token }}{% if reasoning is defined and reasoning %}R{% endif %}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    r = Renderer(make_recipe(tmp_path, chat_template="t.jinja", chat_template_kwargs={"reasoning": True}))
+    [turn] = r.render(conv({"role": "user", "content": "x"}))
+    assert r.tokenizer.decode(turn.prompt_ids).endswith("Rx")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("{% for m in messages %}{{ m.content }}", 1), ("{{ messages[0].content }}\n{% if %}x{% endif %}", 2)],
+)
+def test_a_template_syntax_error_fails_at_load_naming_the_line(tmp_path: Path, text: str, line: int) -> None:
+    (tmp_path / "broken.jinja").write_text(text)
+    with pytest.raises(RecipeError) as refused:
+        Renderer(make_recipe(tmp_path, chat_template="broken.jinja"))
+    assert refused.value.field == "model.chat_template" and refused.value.value == "broken.jinja"
+    assert f"Jinja syntax error at line {line}:" in str(refused.value)
+
+
+def test_a_broken_template_in_the_tokenizer_itself_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(reference_model_dir(), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = {"default": STRICT_TEMPLATE, "tool_use": "{% if tools %}"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(RecipeError) as refused:
+        Renderer(make_recipe(tmp_path, tokenizer="model"))
+    assert refused.value.value == "the chat template of model (template 'tool_use')"
+    assert "Jinja syntax error at line 1" in str(refused.value)

@@ -36,10 +36,64 @@ def hub_api(token: str | None) -> HfApi:
     return HfApi(token=token, library_name="eagle3_raw")
 
 
-def check_repo_id(repo_id: str) -> None:
-    """HubError unless ``repo_id`` looks like ``org/name``."""
-    if not _REPO_ID.fullmatch(repo_id):
-        raise HubError(f"repo {repo_id!r}: expected org/name (letters, digits, '.', '_', '-')")
+def check_repo_id(repo_id: str, *, bare_name: bool = False) -> None:
+    """HubError unless ``repo_id`` looks like ``org/name`` (or a bare ``name`` with ``bare_name``:
+    the Hub puts it in the token's own namespace)."""
+    from eagle3_raw.recipe import is_hub_id
+
+    form = "org/name or name" if bare_name else "org/name"
+    if "/" not in repo_id and bare_name and is_hub_id(repo_id):
+        return
+    if not _REPO_ID.fullmatch(repo_id) or not is_hub_id(repo_id):
+        raise HubError(f"repo {repo_id!r}: expected {form} (letters, digits, '.', '_', '-'; no '--' or '..')")
+
+
+def full_repo_id(api: HfApi, repo_id: str) -> str:
+    """``repo_id``, with the token's user name in front of a bare ``name`` (where the Hub creates it)."""
+    if "/" in repo_id:
+        return repo_id
+    with hub_errors(repo_id, "find the user of the token for"):
+        user = api.whoami()["name"]
+    return f"{user}/{repo_id}"
+
+
+def check_ref_name(option: str, name: str | None, *, branch: bool = False) -> None:
+    """HubError unless ``name`` can be a branch or tag on the Hub: git's ref-name rules (``git
+    check-ref-format``) plus the Hub's own (no ``refs/`` prefix; a branch is not a commit id).
+    Checked before anything is built or uploaded."""
+    if name is None:
+        return
+    problem = _ref_problem(name) or (_branch_problem(name) if branch else None)
+    if problem is not None:
+        kind = "branch" if branch else "tag"
+        raise HubError(f"{option} {name!r}: not a valid {kind} name: {problem}")
+
+
+def _ref_problem(name: str) -> str | None:
+    bad = sorted({c for c in name if c in _REF_FORBIDDEN or ord(c) < 0x20 or ord(c) == 0x7F})
+    parts = name.split("/")
+    checks = (
+        (not name, "it is empty"),
+        (bool(bad), f"it contains {', '.join(map(repr, bad))}"),
+        (".." in name or "@{" in name, "it contains '..' or '@{'"),
+        (name == "@" or name.startswith("-"), "it is '@' or starts with '-'"),
+        ("" in parts, "it starts or ends with '/', or contains '//'"),
+        (
+            any(p.startswith(".") or p.endswith(".lock") for p in parts),
+            "a part starts with '.' or ends with '.lock'",
+        ),
+        (name.endswith("."), "it ends with '.'"),
+        (name.startswith("refs/"), "the Hub refuses names starting with 'refs/'"),
+    )
+    return next((problem for failed, problem in checks if failed), None)
+
+
+def _branch_problem(name: str) -> str | None:
+    return "it looks like a commit id (40 hex digits)" if _COMMIT.fullmatch(name) else None
+
+
+_REF_FORBIDDEN = frozenset(" ~^:?*[\\")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def parse_repo_ref(ref: str) -> tuple[str, str | None]:
@@ -60,8 +114,21 @@ def hub_errors(repo_id: str, action: str) -> Iterator[None]:
         raise HubError(f"cannot {action} {repo_id}: HF_HUB_OFFLINE is set") from exc
     except HfHubHTTPError as exc:
         raise HubError(_http_message(exc, repo_id, action)) from exc
-    except OSError as exc:
-        raise HubError(f"cannot {action} {repo_id}: {exc}") from exc
+    except _no_answer() as exc:  # no answer at all: DNS, refused, timed out
+        problem = f"{type(exc).__name__}: {_one_line(str(exc))}" if str(exc) else type(exc).__name__
+        raise HubError(f"cannot {action} {repo_id}: the Hub did not answer ({problem})") from exc
+
+
+def _no_answer() -> tuple[type[Exception], ...]:
+    """OSError and the HTTP client's connection-level errors (``huggingface_hub`` uses httpx, or
+    its httpx2 fork)."""
+    import importlib
+
+    found: list[type[Exception]] = [OSError]
+    for name in ("httpx", "httpx2"):
+        with contextlib.suppress(ImportError):
+            found.append(importlib.import_module(name).TransportError)
+    return tuple(found)
 
 
 def _http_message(exc: Exception, repo_id: str, action: str) -> str:
@@ -85,7 +152,13 @@ def _http_message(exc: Exception, repo_id: str, action: str) -> str:
             f"cannot {action} {repo_id}: the token has no write access to it (HTTP 403); use a token "
             f"with write permission on the {repo_id.split('/')[0]!r} namespace"
         )
-    return f"cannot {action} {repo_id}: {_first_line(exc)}"
+    said = getattr(exc, "server_message", None) or ""
+    detail = f"HTTP {code}: {_one_line(said)}" if code is not None and said else _first_line(exc)
+    return f"cannot {action} {repo_id}: {detail}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
 
 
 def status(exc: BaseException | None) -> int | None:

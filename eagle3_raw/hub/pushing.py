@@ -19,7 +19,15 @@ import orjson
 from eagle3_raw import card as cards
 from eagle3_raw.builder import Built, build
 from eagle3_raw.errors import HubError
-from eagle3_raw.hub.client import check_repo_id, hub_api, hub_errors, resolve_token, status
+from eagle3_raw.hub.client import (
+    check_ref_name,
+    check_repo_id,
+    full_repo_id,
+    hub_api,
+    hub_errors,
+    resolve_token,
+    status,
+)
 from eagle3_raw.hub.manifest import build_manifest
 from eagle3_raw.hub.published import (
     PublishedRecipe,
@@ -87,17 +95,21 @@ def push(
 ) -> PushResult:
     """Build (or reuse) ``recipe``'s set and publish it as config ``recipe.name`` of ``repo_id``.
 
-    See :mod:`eagle3_raw.hub` for the steps and their order. ``revision`` is a branch (created from
-    ``main`` if missing); ``tag`` must not exist yet. A set is published whole: missing rows are
-    generated first. With ``partial``, nothing is generated: the set is what the journal holds, and
-    if some shard has not finished it is published marked partial (manifest and card say what is
-    missing). Raises HubError (credentials, permissions, existing tag, Hub failures) and the build's
-    own errors.
+    See :mod:`eagle3_raw.hub` for the steps and their order. ``repo_id`` without an org goes to the
+    token's user (as the Hub does). ``revision`` is a branch (created from ``main`` if missing);
+    ``tag`` must not exist yet; both are checked to be valid names before anything is built or
+    uploaded. A set is published whole: missing rows are generated first. With ``partial``,
+    nothing is generated: the set is what the journal holds, and if some shard has not finished it
+    is published marked partial (manifest and card say what is missing). Raises HubError
+    (credentials, names, permissions, existing tag, Hub failures) and the build's own errors.
     """
     token = resolve_token(token)
     loaded = load_recipe(recipe, overrides)
-    check_repo_id(repo_id)
+    check_repo_id(repo_id, bare_name=True)
+    check_ref_name("--revision", revision, branch=True)
+    check_ref_name("--tag", tag)
     api = hub_api(token)
+    repo_id = full_repo_id(api, repo_id)
     prepare_repo(api, repo_id, private=private, revision=revision, tag=tag)
     options = {**(run_options or {}), **({"generate": False, "partial": True} if partial else {})}
     built = build(loaded, cache_dir=cache_dir, run_options=options)
