@@ -236,6 +236,9 @@ def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     hub_cli.add_push(sub)
     hub_cli.add_reproduce(sub)
+    from eagle3_raw import journals_cli
+
+    journals_cli.add_journals(sub)
 
 
 def _add_looking(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -42,6 +42,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="recipe override, as for build (the set must have been built with it)",
     )  # fmt: skip
     add("--cache-dir", type=Path, help="datasets cache folder (default: HF_DATASETS_CACHE)")
+    add(
+        "--journal-dir", type=Path,
+        help="journal root the recipe was built with (it names the set's target when the server is down)",
+    )  # fmt: skip
 
 
 def add_inspect(sub: SubParsers) -> argparse.ArgumentParser:
@@ -73,7 +77,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         raise FatalError(f"--limit {args.limit}: expected at least 1")
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
-        tokenizer=args.tokenizer,
+        tokenizer=args.tokenizer, journal_dir=args.journal_dir,
     )  # fmt: skip
     rows = select_rows(opened.dataset, row=args.row, index=args.index, limit=args.limit)
     console = Console(highlight=False, soft_wrap=True)

@@ -39,12 +39,14 @@ def open_set(
     overrides: Mapping[str, Any] | None = None,
     cache_dir: Path | None = None,
     tokenizer: str | None = None,
+    journal_dir: Path | None = None,
 ) -> OpenedSet:
-    """``target`` is a recipe (file or bundled name) or a published ``org/name[@revision]``."""
+    """``target`` is a recipe (file or bundled name) or a published ``org/name[@revision]``;
+    ``journal_dir``: the journal root a recipe was built with (default: the usual one)."""
     if _is_recipe(target) or not _HUB_REF.fullmatch(target):
         if config is not None:
             raise FatalError("--config applies to a published set (org/name); a recipe is one config")
-        return _built(target, overrides or {}, cache_dir, tokenizer)
+        return _built(target, overrides or {}, cache_dir, tokenizer, journal_dir)
     if overrides:
         raise FatalError("--set applies to a recipe; a published set is read as it is")
     return _published(target, config, cache_dir, tokenizer)
@@ -59,8 +61,9 @@ def _is_recipe(target: str) -> bool:
 
 
 def _built(
-    target: str, overrides: Mapping[str, Any], cache_dir: Path | None, tokenizer: str | None
-) -> OpenedSet:
+    target: str, overrides: Mapping[str, Any], cache_dir: Path | None, tokenizer: str | None,
+    journal_dir: Path | None,
+) -> OpenedSet:  # fmt: skip
     import datasets
 
     from eagle3_raw.recipe import load_recipe
@@ -69,7 +72,9 @@ def _built(
     recipe = load_recipe(target, overrides)
     register()
     cache = str(cache_dir) if cache_dir is not None else None
-    builder = datasets.load_dataset_builder("eagle3_raw", recipe=recipe, cache_dir=cache)
+    builder = datasets.load_dataset_builder(
+        "eagle3_raw", recipe=recipe, cache_dir=cache, journal_dir=journal_dir, progress="none"
+    )
     try:
         dataset = builder.as_dataset(split="train")
     except FileNotFoundError as exc:

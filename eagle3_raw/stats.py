@@ -49,8 +49,9 @@ def run_stats(args: argparse.Namespace) -> int:
     from eagle3_raw.recipe import parse_set_args
 
     opened = open_set(
-        args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir
-    )
+        args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
+        journal_dir=args.journal_dir,
+    )  # fmt: skip
     scan = scan_set(opened.dataset)
     console = Console(highlight=False)
     width = console.width if console.is_terminal and not args.plain else None

@@ -22,6 +22,7 @@ import eagle3_raw
 from eagle3_raw.cli import main
 from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import load_recipe
+from eagle3_raw.run import journal_dir_for
 from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
 
 
@@ -44,8 +45,7 @@ def _build(tmp_path: Path, recipe: Path, *extra: str) -> list[str]:
 
 
 def _journal_rows(tmp_path: Path, recipe: Path) -> set[str]:
-    config_id = load_recipe(recipe).config_id
-    with Journal.read(tmp_path / "j" / config_id) as journal:
+    with Journal.read_dir(journal_dir_for(load_recipe(recipe), tmp_path / "j")) as journal:
         return {row.id for row in journal.iter_rows()}
 
 
@@ -183,8 +183,8 @@ def test_a_full_output_disk_leaves_no_truncated_parquet_and_loses_nothing(
 def test_bad_command_line_values_are_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv_tail: list[str], fragment: str
 ) -> None:
-    write_prompts(tmp_path, 2)
-    recipe = write_recipe(tmp_path, endpoints=["http://127.0.0.1:9"])
+    write_prompts(tmp_path, 2)  # a launched reference server: its target is known without starting it
+    recipe = write_recipe(tmp_path, endpoints=[], server={"launch": "reference"})
     code, _, err = _cli(capsys, *_build(tmp_path, recipe, *argv_tail))
     assert code == 1 and fragment in _error_line(err)
 
@@ -212,11 +212,11 @@ def test_name_is_the_recipe_name_from_the_cli_and_from_load(
         recipe = write_recipe(tmp_path, endpoints=[server.url])
         code, out, _ = _cli(capsys, *_build(tmp_path, recipe, "--set", "name=renamed", "--cache-dir",
                                             str(tmp_path / "c")))  # fmt: skip
-        assert code == 0 and f"journal           {tmp_path / 'j' / 'renamed-'}" in out
+        assert code == 0 and f"journal           {tmp_path / 'j' / 'sets' / 'renamed-'}" in out
         rows = eagle3_raw.load(str(recipe), name="other", cache_dir=str(tmp_path / "c"),
                                journal_dir=tmp_path / "j", progress="none")  # fmt: skip
     assert rows.config_name == "other" and len(rows) == 2
-    assert {p.name.split("-")[0] for p in (tmp_path / "j").iterdir()} == {"renamed", "other"}
+    assert {p.name.split("-")[0] for p in (tmp_path / "j" / "sets").iterdir()} == {"renamed", "other"}
 
 
 def test_an_endpoints_override_sends_every_request_there_and_launches_nothing(

@@ -53,6 +53,8 @@ def _cli(built: Path, *argv: str) -> list[str]:
         str(recipe),
         "--cache-dir",
         str(built / "c"),
+        "--journal-dir",
+        str(built / "j"),
         *argv[1:],
     ]
 
@@ -73,7 +75,7 @@ def test_inspect_through_a_pipe_marks_the_generated_span_and_shows_special_token
 def test_inspect_selects_by_source_id_index_and_limit(
     built: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["--cache-dir", str(built / "c")]
+    base = ["--cache-dir", str(built / "c"), "--journal-dir", str(built / "j")]
     recipe = str(built / "recipe.yaml")
     assert main(["inspect", recipe, "--row", "share-1", "--limit", "10", *base]) == 0
     ids = re.findall(r"── row \d+: (\S+) ", capsys.readouterr().out)
@@ -99,7 +101,8 @@ def test_a_recipe_that_was_not_built_says_how_to_build_it(
     built: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     recipe = str(built / "recipe.yaml")
-    code = main(["stats", recipe, "--set", "sampling.max_new_tokens=5", "--cache-dir", str(built / "c")])
+    where = ["--cache-dir", str(built / "c"), "--journal-dir", str(built / "j")]
+    code = main(["stats", recipe, "--set", "sampling.max_new_tokens=5", *where])
     assert code == 1
     err = capsys.readouterr().err
     assert "is not built in the datasets cache" in err and f"`eagle3-raw build {recipe}`" in err

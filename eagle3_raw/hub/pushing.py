@@ -175,10 +175,24 @@ def publish(
     commit, warnings = _write_card(api, repo_id, section, revision, upload_secrets(token, recipe))
     if tag is not None:
         _create_tag(api, repo_id, tag, commit)
+    _record_push(built.journal_dir, f"{repo_id}@{tag or commit}")
     return PushResult(
         repo_id, recipe.name, recipe.fingerprint, revision or "main", commit, tag, scan.rows, built.generated,
         tuple(local_tokenizer_warning(recipe) + warnings),
     )  # fmt: skip
+
+
+def _record_push(journal_dir: Path, where: str) -> None:
+    """Note in the set's journal that it was pushed (``eagle3-raw journals prune`` then keeps it)."""
+    from eagle3_raw.errors import JournalError
+    from eagle3_raw.journal.manifest import update_manifest
+
+    if not (journal_dir / "manifest.json").exists():
+        return  # built from another journal: nothing to note here
+    try:
+        update_manifest(journal_dir, lambda m: m.update(pushed=sorted({*(m.get("pushed") or []), where})))
+    except JournalError as exc:  # the push itself succeeded; only the note is missing
+        _log.warning("could not note the push in %s: %s", journal_dir, exc)
 
 
 def _recipe_payloads(

@@ -53,6 +53,7 @@ class Journal:
         self.root = root
         self.sets = sets
         self.generations = generations
+        self._in_use: int | None = None  # a writer's shared hold on the root's gc.lock
 
     @classmethod
     def open(
@@ -60,16 +61,19 @@ class Journal:
         flush_interval: float = 1.0,
     ) -> Journal:  # fmt: skip
         """Create or reopen set ``fresh["config_id"]`` under ``root`` and become the writer of ``shard``."""
+        from eagle3_raw.journal.roots import open_shared_use
+
         sets = SetJournal.open(
             set_dir(root, fresh["config_id"]), fresh, shard=shard, flush_interval=flush_interval
         )
-        generations = GenerationStore(generations_dir(root, target), target)
+        journal = cls(root, sets, GenerationStore(generations_dir(root, target), target))
         try:
-            generations.open_writer(flush_interval=flush_interval)
+            journal._in_use = open_shared_use(root)  # no garbage collection while this writer lives
+            journal.generations.open_writer(flush_interval=flush_interval)
         except BaseException:
-            sets.close()
+            journal.close()
             raise
-        return cls(root, sets, generations)
+        return journal
 
     @classmethod
     def read(cls, root: Path, config_id: str) -> Journal:
@@ -127,6 +131,9 @@ class Journal:
             self.generations.close()
         finally:
             self.sets.close()
+            if self._in_use is not None:
+                os.close(self._in_use)
+                self._in_use = None
 
     def __enter__(self) -> Journal:
         return self
