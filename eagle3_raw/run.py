@@ -13,13 +13,11 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import random
-import re
 import signal
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,36 +121,17 @@ def run(recipe: Recipe, options: RunOptions | None = None) -> RunResult:
             raise Interrupted(build.interrupted_message()) from exc
 
 
-@contextlib.contextmanager
-def launched_endpoints(recipe: Recipe) -> Iterator[tuple[str, ...]]:
+def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tuple[str, ...]]:
     """The recipe's endpoints, plus a reference server started for the run if it asks for one."""
-    if recipe.server.launch != "reference":
-        yield recipe.server.endpoints
-        return
-    from eagle3_raw.reference.launch import launch_reference
+    from eagle3_raw.reference.launch import recipe_endpoints
 
-    key = _api_key(recipe)
-    args = [*recipe.server.launch_args, *(["--api-key", key] if key else [])]
-    with launch_reference(args=args) as server:
-        yield (*recipe.server.endpoints, server.url)
+    return recipe_endpoints(recipe, _api_key(recipe))
 
 
 def _api_key(recipe: Recipe) -> str | None:
-    name = recipe.server.api_key_env
-    if name is None:
-        return None
-    if not os.environ.get(name):
-        if not _ENV_NAME.fullmatch(name):  # perhaps the key itself: never echo it
-            raise RecipeError(
-                "server.api_key_env", "<not shown, in case it is the key>",
-                "names no set environment variable; it takes the NAME of a variable holding the key "
-                "(e.g. SGLANG_API_KEY), not the key itself",
-            )  # fmt: skip
-        raise RecipeError("server.api_key_env", name, "names an environment variable that is not set")
-    return os.environ[name]
+    from eagle3_raw.credentials import server_api_key
 
-
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+    return server_api_key(recipe)
 
 
 class _Run:
@@ -270,7 +249,7 @@ class _Run:
         while True:
             try:
                 return await sglang.tokenize(self.session, url, text, timeout)
-            except ServerUnreachable:
+            except sglang.EndpointNotFound:
                 log.warning("%s has no /tokenize: its tokenizer cannot be compared with %r; make sure "
                             "they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
                 return None
