@@ -74,6 +74,9 @@ class Renderer:
             self._tokenizer.chat_template = read_template(recipe)
         if self._tokenizer.chat_template is None:
             raise RecipeError("model.chat_template", None, "the tokenizer has no chat template; give a file")
+        from eagle3_raw.template_limits import guard_templates
+
+        guard_templates(self._tokenizer.chat_template)  # a stranger's template renders within bounds
         self._kwargs = checked_kwargs(self._tokenizer, recipe.model.chat_template_kwargs)
 
     @property
@@ -201,8 +204,12 @@ def load_tokenizer(recipe: Recipe) -> PreTrainedTokenizerBase:
 
 def read_template(recipe: Recipe) -> str:
     """The text of the ``model.chat_template`` override file."""
+    from eagle3_raw.limits import TEMPLATE_BYTES, check_regular_file
+
     assert recipe.model.chat_template is not None
     path = recipe.resolve_path(recipe.model.chat_template)
+    if path.exists():  # not /dev/zero, not 10 GB (a missing file is reported below)
+        check_regular_file("model.chat_template", path, TEMPLATE_BYTES)
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
