@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import Eagle3RawError, Interrupted
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     import datasets
@@ -29,13 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except Interrupted as exc:
-        print(f"\n{exc}", file=sys.stderr)
+        print(f"\n{printable(exc, newlines=True)}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except Eagle3RawError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Eagle3RawError as exc:  # messages may quote a server, a Hub repo or a recipe: escaped
+        print(f"error: {printable(exc, newlines=True)}", file=sys.stderr)
         return 1
 
 
@@ -130,7 +131,7 @@ def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     shard = Shard.parse(args.shard)
     options = RunOptions(shard=shard, **run_kwargs(args))
     result = run(load_recipe(args.recipe, overrides), options)
-    print(result.summary.render())
+    print(printable(result.summary.render(), newlines=True))
     print(f"shard {shard.index}/{shard.count} is complete; once all {shard.count} are:")
     print("  " + shlex.join(["eagle3-raw", "merge", str(args.recipe), *_merge_flags(args)]))
     return 0
@@ -161,7 +162,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs: dict[str, Any]) -> int:
     dataset, summary = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
-    print(summary)
+    print(printable(summary, newlines=True))
     if args.output_dir is not None:
         path = write_parquet(dataset, args.output_dir, dataset.config_name)
         print(f"parquet           {path}")

@@ -58,14 +58,28 @@ def publish_recipe(recipe: Recipe) -> PublishedRecipe:
     files: dict[str, Path] = {}
     source = recipe.resolve_path(recipe.prompts.source)
     if source.exists():
+        _check_inside(recipe, "prompts.source", source)
         data["prompts"]["source"] = _ship(files, source, f"{recipe.name}/prompts")
     if recipe.model.chat_template is not None:
         template = recipe.resolve_path(recipe.model.chat_template)
+        _check_inside(recipe, "model.chat_template", template)
         data["model"]["chat_template"] = _ship(files, template, f"{recipe.name}/chat_template")
     kind: Literal["local", "hub"] = "local" if source.exists() else "hub"
     published = PublishedRecipe(recipe.name, data, files, kind)
     _check_fingerprint(recipe, published)
     return published
+
+
+def _check_inside(recipe: Recipe, field: str, path: Path) -> None:
+    """HubError unless ``path`` is inside the recipe's folder as written (a link placed there is
+    the author's choice; ``~/.aws/credentials`` or ``../../etc/passwd`` is not published)."""
+    folder = os.path.normpath(recipe.base_dir.absolute())
+    where = os.path.normpath(path.absolute())
+    if os.path.commonpath([folder, where]) != folder:
+        raise HubError(
+            f"{field} {where} is outside the recipe's folder {folder}; push uploads only files inside "
+            "it: copy the file next to the recipe (or into a folder beside it) and point the recipe there"
+        )
 
 
 def _public_server(server: dict[str, Any]) -> dict[str, Any]:
