@@ -53,21 +53,30 @@ def publish_recipe(recipe: Recipe) -> PublishedRecipe:
     template override to ``recipes/<name>/chat_template/<its name>``; the recipe points at them
     relatively. A local tokenizer folder is not uploaded (a warning says how to reproduce).
     """
+    check_publishable(recipe)
     data = recipe.to_dict()
     data["server"] = _public_server(data["server"])
     files: dict[str, Path] = {}
     source = recipe.resolve_path(recipe.prompts.source)
     if source.exists():
-        _check_inside(recipe, "prompts.source", source)
         data["prompts"]["source"] = _ship(files, source, f"{recipe.name}/prompts")
     if recipe.model.chat_template is not None:
         template = recipe.resolve_path(recipe.model.chat_template)
-        _check_inside(recipe, "model.chat_template", template)
         data["model"]["chat_template"] = _ship(files, template, f"{recipe.name}/chat_template")
     kind: Literal["local", "hub"] = "local" if source.exists() else "hub"
     published = PublishedRecipe(recipe.name, data, files, kind)
     _check_fingerprint(recipe, published)
     return published
+
+
+def check_publishable(recipe: Recipe) -> None:
+    """HubError when a local file the recipe would upload (prompt source, template override) is
+    outside the recipe's folder."""
+    source = recipe.resolve_path(recipe.prompts.source)
+    if source.exists():
+        _check_inside(recipe, "prompts.source", source)
+    if recipe.model.chat_template is not None:
+        _check_inside(recipe, "model.chat_template", recipe.resolve_path(recipe.model.chat_template))
 
 
 def _check_inside(recipe: Recipe, field: str, path: Path) -> None:

@@ -24,6 +24,7 @@ from eagle3_raw.hub.manifest import build_manifest
 from eagle3_raw.hub.published import (
     PublishedRecipe,
     check_no_secrets,
+    check_publishable,
     local_tokenizer_warning,
     publish_recipe,
     upload_secrets,
@@ -93,6 +94,7 @@ def push(
     token = resolve_token(token)
     loaded = load_recipe(recipe, overrides)
     check_repo_id(repo_id)
+    check_publishable(loaded)  # a file outside the recipe's folder: refused before anything is built
     api = hub_api(token)
     prepare_repo(api, repo_id, private=private, revision=revision, tag=tag)
     built = build(loaded, cache_dir=cache_dir, run_options=run_options)

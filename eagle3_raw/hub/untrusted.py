@@ -73,7 +73,7 @@ def load_stranger_recipe(
             confine(folder, f"{section}.{key}", value, may_be_hub_id=key != "chat_template")
     users = _users_settings(overrides)
     merged = _merge(data, users, trust)
-    _check_remote_code(data, users, merged, trust)
+    _check_remote_code(data, users, merged, trust, folder)
     recipe = parse_recipe(merged, base_dir=folder)
     recipe.fingerprint  # noqa: B018  (the downloaded files, digested now)
     return recipe
@@ -161,7 +161,7 @@ def _merge(data: dict[str, Any], users: Mapping[str, Any], trust: Trust) -> dict
 
 
 def _check_remote_code(
-    data: Mapping[str, Any], users: Mapping[str, Any], merged: Mapping[str, Any], trust: Trust
+    data: Mapping[str, Any], users: Mapping[str, Any], merged: Mapping[str, Any], trust: Trust, folder: Path
 ) -> None:
     """RecipeError when the published ``trust_remote_code: true`` would run code not allowed."""
     model, published = _section(merged, "model"), _section(data, "model")
@@ -177,7 +177,7 @@ def _check_remote_code(
             "refused unless you pass --trust-remote-code (read that code first), or "
             "--set model.trust_remote_code=false",
         )  # fmt: skip
-    if not _pinned(model, trust):
+    if not _pinned(model, trust, folder):
         raise RecipeError(
             "model.trust_remote_code", True,
             "--trust-remote-code needs the code pinned to a commit: a Hub tokenizer needs model.revision set "
@@ -191,12 +191,13 @@ def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _pinned(model: Mapping[str, Any], trust: Trust) -> bool:
+def _pinned(model: Mapping[str, Any], trust: Trust, folder: Path) -> bool:
+    """A Hub tokenizer at a commit, or a tokenizer of the download with the download at one."""
     revision = model.get("revision")
-    hub_tokenizer = isinstance(model.get("tokenizer"), str) and _HUB_ID.fullmatch(str(model["tokenizer"]))
     if isinstance(revision, str) and _COMMIT.fullmatch(revision):
         return True
-    return not hub_tokenizer and trust.pinned_commit is not None
+    in_download = (folder / str(model.get("tokenizer") or "")).is_dir()
+    return in_download and trust.pinned_commit is not None
 
 
 def pinned_commit(revision: str | None, commit: str) -> str | None:
