@@ -76,7 +76,7 @@ class Comparison:
         lines = [
             f"reproduced        {self.repo_id}@{printable(self.commit)} config {printable(self.config)}",
             f"fingerprint       rebuilt {self.rebuilt_fingerprint}, "
-            f"published {self.published_fingerprint} ({same})",
+            f"published {printable(self.published_fingerprint, limit=64)} ({same})",
             f"rows              published {self.published_rows:,}, rebuilt {self.rebuilt_rows:,}, "
             f"in common {self.common:,}",
             f"identical         {self.identical:,} of {self.published_rows:,} ({self.identical_share:.1%})",

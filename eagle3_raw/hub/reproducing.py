@@ -23,7 +23,6 @@ from eagle3_raw.errors import HubError
 from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
 from eagle3_raw.hub.comparison import Comparison, compare
 from eagle3_raw.hub.untrusted import Trust, describe, load_stranger_recipe, pinned_commit
-from eagle3_raw.printable import printable
 from eagle3_raw.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -72,8 +71,7 @@ def reproduce(
         published = _load_published(api, repo_id, name, commit, root / "published")
         result = compare(published, rebuilt.dataset, max_differences=max_differences)
         del published, rebuilt
-    published_fingerprint = printable(manifest.get("fingerprint", "?"), limit=64)
-    return Comparison(repo_id, name, commit, published_fingerprint, fingerprint, **result)
+    return Comparison(repo_id, name, commit, str(manifest.get("fingerprint", "?")), fingerprint, **result)
 
 
 def _to_stderr(text: str) -> None:
