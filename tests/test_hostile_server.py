@@ -340,3 +340,57 @@ def _static(body: Any) -> Callable[..., Awaitable[web.StreamResponse]]:
         return json_body(body)
 
     return handler
+
+
+def _set_ids(change: Callable[[list[Any]], list[Any]]) -> Callable[[dict[str, Any]], None]:
+    def poison(answer: dict[str, Any]) -> None:
+        answer["output_ids"] = change(answer["output_ids"])
+        answer["meta_info"]["completion_tokens"] = len(answer["output_ids"])
+
+    return poison
+
+
+def _past_stop(answer: dict[str, Any]) -> None:
+    """A stop on an id that two more ids follow (sglang#31599), within max_new_tokens."""
+    ids = answer["output_ids"][:4]
+    answer["meta_info"]["finish_reason"] = {"type": "stop", "matched": ids[-1]}
+    _set_ids(lambda _: [*ids, 5, 6])(answer)
+
+
+def _meta(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def poison(answer: dict[str, Any]) -> None:
+        answer["meta_info"].update(changes)
+
+    return poison
+
+
+POISONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "a float id": (_set_ids(lambda ids: [1.5, *ids[1:]]), "not an int64"),
+    "a null id": (_set_ids(lambda ids: [None, *ids[1:]]), "not an int64"),
+    "a string id": (_set_ids(lambda ids: ["5", *ids[1:]]), "not an int64"),
+    "a boolean id": (_set_ids(lambda ids: [True, *ids[1:]]), "a boolean among the output ids"),
+    "a negative id": (_set_ids(lambda ids: [-1, *ids[1:]]), "token id -1 outside the vocabulary"),
+    "an id past the vocabulary": (_set_ids(lambda ids: [10**6, *ids[1:]]), "outside the vocabulary"),
+    "ids after the stop id": (_past_stop, "ids after the stop token are a bad response"),
+    "more ids than max_new_tokens": (_set_ids(lambda ids: ids * 100), "output ids for max_new_tokens=64"),
+    "an abort": (_meta(finish_reason={"type": "abort", "message": "Abort in waiting queue"}), "aborted"),
+    "a completion_tokens mismatch": (_meta(completion_tokens=10**4), "completion_tokens=10000 but"),
+}
+
+
+@pytest.mark.parametrize("name", list(POISONS))
+def test_a_bad_answer_is_retried_then_recorded_as_failed_never_a_row(tmp_path: Path, name: str) -> None:
+    """Keeps holding: malformed ids of every kind, aborts, count mismatches."""
+    poison, reason = POISONS[name]
+    write_prompts(tmp_path, 3)
+    routes = {"/generate": _tamper({"p001"}, poison)}
+    with reference_server(tmp_path) as (server, _), HostileServer(routes, worker=server.url) as hostile:
+        recipe = write_recipe(tmp_path, endpoints=[hostile.url], server={"max_retries": 2})
+        built = build(str(recipe), cache_dir=tmp_path / "cache", run_options={"journal_dir": tmp_path / "j"})
+    assert sorted(built.dataset["source_id"]) == ["p000", "p002"]
+    attempts = [r for r in hostile.requests if r.path == "/generate" and b'"rid":"p001' in r.body]
+    assert len(attempts) == 3  # the first try and max_retries more
+    with Journal.read(built.journal_dir) as journal:
+        (failure,) = journal.failures()
+    assert failure["kind"] == "failed" and "3 attempts failed" in failure["reason"]
+    assert reason in failure["reason"], failure["reason"]
