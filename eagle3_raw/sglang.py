@@ -132,7 +132,8 @@ async def generate(
     where = f"{public_url(url)}/generate"
     payload = await _post(session, f"{url}/generate", body, timeout, cap=cap, shown=where)
     limit = max_new_tokens if isinstance(max_new_tokens, int) else None
-    return check_response(_decode_object(payload, where), input_ids, vocab_size, public_url(url), limit)
+    result = _decode_object(payload, where)
+    return check_response(result, input_ids, vocab_size, public_url(url), limit, payload=payload)
 
 
 async def _post(

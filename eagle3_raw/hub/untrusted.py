@@ -33,6 +33,7 @@ from eagle3_raw.errors import HubError, RecipeError
 from eagle3_raw.limits import WALK_ENTRIES, check_recipe_file, check_yaml_size
 from eagle3_raw.printable import printable
 from eagle3_raw.recipe import REFERENCE_TOKENIZER, Recipe, parse_recipe, parse_set_args, read_yaml
+from eagle3_raw.redact import public_url
 
 PATH_FIELDS = (("prompts", "source"), ("model", "tokenizer"), ("model", "chat_template"))
 """The recipe fields that name local files."""
@@ -214,7 +215,8 @@ def describe(recipe: Recipe, repo_id: str, commit: str, folder: Path) -> str:
     requests = (
         "the built-in reference server, started on 127.0.0.1 for the run (--reference-server)"
         if server.launch == "reference"
-        else ", ".join(printable(url) for url in server.endpoints) + " (your --set server.endpoints)"
+        else ", ".join(printable(public_url(url)) for url in server.endpoints)
+        + " (your --set server.endpoints)"
     )
     key = f"from ${server.api_key_env} (yours)" if server.api_key_env else "none"
     lines = [
@@ -225,8 +227,8 @@ def describe(recipe: Recipe, repo_id: str, commit: str, folder: Path) -> str:
         f"chat template     {_template(recipe, folder)}",
         f"code              {_code(recipe, folder)}",
         f"sampling          {printable(dict(recipe.sampling.request_params()), limit=300)}",
-        "nothing else      no request goes to a server the published recipe names, no file outside "
-        "the download is read",
+        "nothing else      no request to a server the published recipe names, no file read outside the "
+        "download but those you named, no code run but the above",
     ]
     return "\n".join(lines)
 
