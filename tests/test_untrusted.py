@@ -323,3 +323,28 @@ def test_push_refuses_a_file_outside_the_recipes_folder(
     ):
         _publish(folder, **changes)
     assert emulator.find_bytes(SECRET) == [] and emulator.find_bytes("messages[0].content") == []
+
+
+def test_the_plan_is_printed_before_anything_is_generated(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _publish(tmp_path / "r")
+    seen: list[tuple[str, int]] = []
+    with reference_server(tmp_path) as (server, ledger):
+        hub.reproduce(
+            REPO, work_dir=tmp_path / "w", overrides=[f"server.endpoints={server.url}"],
+            announce=lambda text: seen.append((text, len(generations(ledger)))),
+            run_options={"progress": "none"},
+        )  # fmt: skip
+        assert len(generations(ledger)) == 3
+    ((plan, sent_before),) = seen
+    assert sent_before == 0
+    for line in (
+        "requests to",
+        "prompts           haiku/prompts/plain.jsonl (in the download)",
+        "tokenizer         the reference model's",
+        "code              none (trust_remote_code is false)",
+    ):
+        assert line in plan, line  # fmt: skip
+    hub.reproduce(REPO, work_dir=tmp_path / "w2", reference_server=True, run_options={"progress": "none"})
+    assert "reproducing       alice/eagle@" in capsys.readouterr().err  # by default, on standard error
