@@ -225,7 +225,10 @@ def test_a_hub_id_that_is_also_a_folder_here_is_refused(
     private.mkdir(parents=True)
     (private / "rows.jsonl").write_text(json.dumps({"prompt": SECRET}) + "\n")
     try:
-        with opened_under(private) as opened, pytest.raises(RecipeError, match="also a path in your current"):
+        with (
+            opened_under(private) as opened,
+            pytest.raises(RecipeError, match="a path in your current folder"),
+        ):
             _reproduce(tmp_path, reference_server=True)
         assert opened == []
     finally:
@@ -348,3 +351,19 @@ def test_the_plan_is_printed_before_anything_is_generated(
         assert line in plan, line  # fmt: skip
     hub.reproduce(REPO, work_dir=tmp_path / "w2", reference_server=True, run_options={"progress": "none"})
     assert "reproducing       alice/eagle@" in capsys.readouterr().err  # by default, on standard error
+
+
+def test_push_publishes_no_local_path_of_the_tokenizer(
+    emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = tmp_path / "private" / "models" / "qwen-ish"
+    shutil.copytree(reference_model_dir(), tokenizer)
+    _publish(tmp_path / "r", model={"tokenizer": str(tokenizer)})
+    assert emulator.find_bytes(str(tmp_path)) == []  # not in the recipe, the manifest or the card
+    published = yaml.safe_load(emulator.files(REPO)["recipes/haiku.yaml"])
+    assert published["model"]["tokenizer"] == "haiku/tokenizer/qwen-ish"
+    assert "`haiku/tokenizer/qwen-ish`" in emulator.files(REPO)["README.md"].decode()
+    mine = tmp_path / "mine"
+    shutil.copytree(reference_model_dir(), mine)
+    result = _reproduce(tmp_path, reference_server=True, overrides=[f"model.tokenizer={mine}"])
+    assert result.full_agreement  # the same tokenizer, by content, wherever it lives

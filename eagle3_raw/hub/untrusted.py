@@ -94,11 +94,11 @@ def confine(folder: Path, field: str, value: str, *, may_be_hub_id: bool) -> Non
         _check_inside(root, target, field, value)
         if field != "model.tokenizer" or target.is_dir():
             return  # used from the download (a tokenizer only as a folder)
-    if not may_be_hub_id or not _HUB_ID.fullmatch(value):
+    if not may_be_hub_id:
         return  # nothing there: the run reports the missing file
-    here = Path(value)  # datasets and transformers look for a Hub id in the current folder first
+    here = Path(value)  # datasets and transformers look in the current folder for what is not local
     if here.exists() and not here.resolve().is_relative_to(root):
-        _outside(field, value, "names a Hub id that is also a path in your current folder")
+        _outside(field, value, "it is not in the download but is a path in your current folder")
 
 
 def _check_inside(root: Path, target: Path, field: str, value: str) -> None:
