@@ -292,7 +292,7 @@ def reproduce_command(repo_id: str, revision: str, name: str, recipe: Mapping[st
     """The exact ``eagle3-raw reproduce`` command for this config."""
     command = f"eagle3-raw reproduce {repo_id}@{revision} --config {name}"
     if (recipe.get("server") or {}).get("launch") == "reference":
-        return command
+        return command + " --reference-server"
     return command + " --set server.endpoints=http://HOST:PORT"
 
 

@@ -122,7 +122,7 @@ class ServerChecks:
         while True:
             try:
                 return await sglang.tokenize(self.session, url, text, timeout)
-            except ServerUnreachable:
+            except sglang.EndpointNotFound:
                 log.warning("%s has no /tokenize: its tokenizer cannot be compared with %r; make sure "
                             "they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
                 return None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import Eagle3RawError, Interrupted
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     from eagle3_raw.builder import Built
@@ -46,19 +47,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             quiet_libraries()
         return handler(args)
     except Interrupted as exc:
-        print(f"\n{exc}", file=sys.stderr)
+        print(f"\n{printable(exc, newlines=True)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Eagle3RawError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Eagle3RawError as exc:  # messages may quote a server, a Hub repo or a recipe: escaped
+        print(f"error: {printable(exc, newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a file or folder no check above caught: still one line, not a traceback
         from eagle3_raw.outputs import describe
 
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {describe(exc)}{where}", file=sys.stderr)
+        print(f"error: {printable(describe(exc) + where)}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -158,7 +159,7 @@ def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     shard = Shard.parse(args.shard)
     options = RunOptions(shard=shard, **run_kwargs(args))
     result = run(load_recipe(args.recipe, overrides), options)
-    print(result.summary.render())
+    print(printable(result.summary.render(), newlines=True))
     print(f"shard {shard.index}/{shard.count} is complete; once all {shard.count} are:")
     print("  " + shlex.join(["eagle3-raw", "merge", str(args.recipe), *_merge_flags(args)]))
     return exit_code(result.summary)
@@ -195,7 +196,7 @@ def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs
     if args.output_dir is not None:
         check_writable(args.output_dir, "output folder")  # before the build, not after it
     built = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
-    print(summary_text(built))
+    print(printable(summary_text(built), newlines=True))
     if args.output_dir is not None:
         path = write_parquet(built.dataset, args.output_dir, built.dataset.config_name)
         print(f"parquet           {path}")

@@ -12,6 +12,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.printable import printable
+
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -72,6 +74,16 @@ def add_reproduce(sub: SubParsers) -> argparse.ArgumentParser:
     )
     add("--quiet", action="store_true", help="no progress bar")
     add("--strict", action="store_true", help="exit with code 3 unless every row is identical")
+    add(
+        "--reference-server", action="store_true",
+        help="send the requests to the built-in reference server, started for the run (the published "
+        "recipe's server settings are never used: give this or --set server.endpoints=URL)",
+    )  # fmt: skip
+    add(
+        "--trust-remote-code", action="store_true",
+        help="let the published recipe's trust_remote_code: true run its tokenizer's Python code "
+        "(needs a commit: model.revision, or ORG/NAME@COMMIT); the plan printed first names the code",
+    )  # fmt: skip
     parser.set_defaults(handler=run_reproduce)
     return parser
 
@@ -87,7 +99,7 @@ def run_push(args: argparse.Namespace) -> int:
         overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir, run_options=run_kwargs(args),
         partial=args.allow_partial,
     )  # fmt: skip
-    print(result.render())
+    print(printable(result.render(), newlines=True))
     return 0
 
 
@@ -99,9 +111,9 @@ def run_reproduce(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"progress": "log" if args.quiet else "bar"}
     comparison = reproduce(
         args.repo, config=args.config, overrides=parse_set_args(args.overrides), work_dir=args.work_dir,
-        run_options=options,
+        run_options=options, reference_server=args.reference_server, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
-    print(comparison.render())
+    print(printable(comparison.render(), newlines=True))
     from eagle3_raw.cli import EXIT_NOT_IDENTICAL, EXIT_OK
 
     return EXIT_NOT_IDENTICAL if args.strict and not comparison.full_agreement else EXIT_OK

@@ -24,6 +24,7 @@ import orjson
 import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
+from eagle3_raw.limits import check_local_files, check_numbers, check_recipe_file, check_yaml_size
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -202,6 +203,7 @@ def load_recipe(
         raw, base_dir = copy.deepcopy(dict(source)), Path.cwd()
     else:
         path = find_recipe_file(source)
+        check_recipe_file(path)
         raw, base_dir = read_yaml(path), path.parent
         raw.setdefault("name", path.stem)
     items = _override_items(overrides or {})
@@ -327,12 +329,17 @@ def _set_path(target: dict[str, Any], parts: list[str], value: Any) -> None:
 
 
 def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
-    """Validate raw recipe data. Every error names the field, the bad value and what is allowed."""
+    """Validate raw recipe data. Every error names the field, the bad value and what is allowed.
+
+    Bounds (:mod:`eagle3_raw.limits`) come first and last: the data's expanded size before anything
+    walks it, numeric maxima and the local files' sizes before any of them is read.
+    """
+    check_yaml_size(raw, "recipe")
     _check_keys("", raw, _TOP_KEYS)
     name = _get(raw, "name", "", str, "a string")
     if not _NAME_RE.match(name):
         raise RecipeError("name", name, "expected letters, digits, '_', '.', '-' (max 96)")
-    return Recipe(
+    recipe = Recipe(
         name=name,
         prompts=_parse_prompts(_section(raw, "prompts")),
         model=_parse_model(_section(raw, "model", required=False)),
@@ -344,6 +351,16 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
         description=_optional(raw, "description", "", str, "a string"),
         base_dir=base_dir,
     )
+    _check_bounds(recipe)
+    return recipe
+
+
+def _check_bounds(recipe: Recipe) -> None:
+    from eagle3_raw.reference.launch import check_launch_args
+
+    check_numbers(recipe)
+    check_launch_args(recipe.server.launch_args)
+    check_local_files(recipe)
 
 
 def _parse_prompts(raw: Mapping[str, Any]) -> PromptsConfig:

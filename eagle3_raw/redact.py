@@ -1,8 +1,10 @@
 """Keeping secrets out of what eagle3_raw writes: journals, manifests, recipes, cards, logs.
 
 Names that look like secrets (``api_key``, ``--api-key``, ``HF_TOKEN``) are dropped from mappings;
-their values are redacted in command lines and free text, as are URL credentials, bearer tokens
-and ``hf_...`` tokens.
+their values are redacted in command lines and free text (``--api-key X``, ``--api-key=X``,
+``--api-key -X``, ``api_key = X``, ``"api_key": "X"`` in a JSON-valued argument), as are URL
+credentials, bearer tokens and keys recognizable by their form (``hf_...``, ``sk-...``,
+``AKIA...``, ``ghp_...``, ``xoxb-...``).
 """
 
 from __future__ import annotations
@@ -46,37 +48,44 @@ def scrub_args(args: Sequence[str]) -> list[str]:
     result: list[str] = []
     for i, arg in enumerate(args):
         previous = args[i - 1] if i else ""
-        if previous.startswith("-") and "=" not in previous and is_secret_name(previous) and arg[:1] != "-":
+        # a secret flag's value is the next word, even one starting with "-"; a "--" word is a flag
+        if previous.startswith("-") and "=" not in previous and is_secret_name(previous) and arg[:2] != "--":
             result.append(REDACTED)
         else:
             result.append(scrub_text(arg))
     return result
 
 
-_FLAG = re.compile(
-    r"""(?P<name>--?[A-Za-z][\w-]*)(?P<sep>=|\s+)(?P<value>"[^"]*"|'[^']*'|[^\s"'-][^\s"']*)"""
-)
-_ASSIGNMENT = re.compile(r"\b(?P<name>[A-Za-z_]\w*)=(?P<value>[^\s\"']+)")
+_QUOTED = r""""[^"]*"|'[^']*'"""
+_VALUE = rf"""(?P<value>{_QUOTED}|(?!--)[^\s"']+)"""  # a "--" word is the next flag, not a value
+_FLAG = re.compile(rf"(?P<name>--?[A-Za-z][\w-]*)(?P<sep>=|\s+){_VALUE}")
+_ASSIGNMENT = re.compile(rf"\b(?P<name>[A-Za-z_][\w.-]*)(?P<sep>\s*=\s*){_VALUE}")
+_JSON_PAIR = re.compile(rf"""(?P<name>{_QUOTED})(?P<sep>\s*:\s*)(?P<value>{_QUOTED}|[^\s,}}\]]+)""")
 _TEXT_SECRETS = (
     (re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)[^/\s@]+@"), rf"\g<scheme>{REDACTED}@"),
     (re.compile(r"(?i)\b(?P<scheme>bearer)\s+[\w.~+/=-]+"), rf"\g<scheme> {REDACTED}"),
     (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),  # OpenAI, Anthropic and alike
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),  # AWS access key ids
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), REDACTED),  # GitHub
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),  # Slack
 )
 
 
 def scrub_text(text: str) -> str:
     """``text`` (e.g. a launch command) with secret flag values and credentials redacted."""
-    text = _FLAG.sub(lambda m: _redact_match(m, separator=m["sep"]), text)
-    text = _ASSIGNMENT.sub(lambda m: _redact_match(m, separator="="), text)
+    for pattern in (_FLAG, _ASSIGNMENT, _JSON_PAIR):
+        text = pattern.sub(_redact_match, text)
     for pattern, replacement in _TEXT_SECRETS:
         text = pattern.sub(replacement, text)
     return text
 
 
-def _redact_match(match: re.Match[str], *, separator: str) -> str:
-    if not is_secret_name(match["name"]):
+def _redact_match(match: re.Match[str]) -> str:
+    if not is_secret_name(match["name"].strip("\"'")):
         return match[0]
-    return f"{match['name']}{separator}{REDACTED}"
+    quote = match["value"][0] if match["value"][0] in "\"'" else ""
+    return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"
 
 
 def public_url(url: str) -> str:

@@ -78,6 +78,9 @@ class Renderer:
             raise RecipeError("model.chat_template", None, "the tokenizer has no chat template; give a file")
         where = recipe.model.chat_template or f"the chat template of {recipe.model.tokenizer}"
         read = template_variables(self._tokenizer.chat_template, where)
+        from eagle3_raw.template_limits import guard_templates
+
+        guard_templates(self._tokenizer.chat_template)  # a stranger's template renders within bounds
         self._kwargs = checked_kwargs(self._tokenizer, recipe.model.chat_template_kwargs)
         check_kwargs_are_read(read, self._kwargs, ignore=self._tokenizer.special_tokens_map)
 
@@ -218,8 +221,12 @@ def _load_problem(recipe: Recipe, local: Path | None, exc: Exception) -> str:
 
 def read_template(recipe: Recipe) -> str:
     """The text of the ``model.chat_template`` override file."""
+    from eagle3_raw.limits import TEMPLATE_BYTES, check_regular_file
+
     assert recipe.model.chat_template is not None
     path = recipe.resolve_path(recipe.model.chat_template)
+    if path.exists():  # not /dev/zero, not 10 GB (a missing file is reported below)
+        check_regular_file("model.chat_template", path, TEMPLATE_BYTES)
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,37 +134,19 @@ def run(recipe: Recipe, options: RunOptions | None = None, target: Target | None
         raise Interrupted(build.interrupted_message()) from exc
 
 
-@contextlib.contextmanager
-def launched_endpoints(recipe: Recipe) -> Iterator[tuple[str, ...]]:
-    """The recipe's endpoints, or the reference server started for the run if it asks for one."""
-    if recipe.server.launch != "reference":
-        yield recipe.server.endpoints
-        return
-    from eagle3_raw.reference.launch import launch_reference
+def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tuple[str, ...]]:
+    """The recipe's endpoints, or the reference server started for the run if it asks for one (its
+    key through the environment, never the command line)."""
+    from eagle3_raw.reference.launch import recipe_endpoints
 
-    key = api_key(recipe)
-    args = [*recipe.server.launch_args, *(["--api-key", key] if key else [])]
-    with launch_reference(args=args) as server:
-        yield (server.url,)
+    return recipe_endpoints(recipe, api_key(recipe))
 
 
 def api_key(recipe: Recipe) -> str | None:
     """The server's API key, from the environment variable ``server.api_key_env`` names."""
-    name = recipe.server.api_key_env
-    if name is None:
-        return None
-    if not os.environ.get(name):
-        if not _ENV_NAME.fullmatch(name):  # perhaps the key itself: never echo it
-            raise RecipeError(
-                "server.api_key_env", "<not shown, in case it is the key>",
-                "names no set environment variable; it takes the NAME of a variable holding the key "
-                "(e.g. SGLANG_API_KEY), not the key itself",
-            )  # fmt: skip
-        raise RecipeError("server.api_key_env", name, "names an environment variable that is not set")
-    return os.environ[name]
+    from eagle3_raw.credentials import server_api_key
 
-
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+    return server_api_key(recipe)
 
 
 class _Build:

@@ -1,37 +1,44 @@
 """The client of SGLang's native ``/generate``: one request, its checks, and the server's identity.
 
-Every response is checked before it can become a row (``shared/sglang-protocol.md`` §3, §5, §10):
-HTTP 200 with ``finish_reason.type == "abort"`` is a failure; ``len(output_ids)`` must equal
-``completion_tokens``; ``prompt_tokens`` must equal the ids sent (a server with
-``--allow-auto-truncate`` would silently cut the prompt); ids must be inside the vocabulary; the
-prompt must not be echoed back. Errors are raised as the classes of :mod:`eagle3_raw.errors`, so
-the caller knows whether to retry, record, or stop.
+Every response is checked before it can become a row (:mod:`eagle3_raw.responses`;
+``shared/sglang-protocol.md`` §3, §5, §10, §14.4). Errors are raised as the classes of
+:mod:`eagle3_raw.errors`, chosen by HTTP status (:mod:`eagle3_raw.http_status`), so the caller
+knows whether to retry, record, or stop.
+
+What a server sends is bounded: a body is read incrementally and refused once it passes its cap
+(:func:`eagle3_raw.limits.response_cap` for ``/generate``), so a server cannot make the client hold
+more than that per request. Redirects are never followed (a 3xx is an error naming its Location):
+the request, and the API key with it, would go to a server that was never checked. URLs in
+messages and in rows' ``meta.endpoint`` carry no credentials (:func:`~eagle3_raw.redact.public_url`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import numpy
 import orjson
 
+from eagle3_raw import limits
 from eagle3_raw.errors import (
     ConnectError,
-    FatalError,
-    GenerationAborted,
     InvalidResponse,
-    RequestRejected,
     RequestTimeout,
-    ServerBusy,
     ServerMismatch,
     ServerUnreachable,
 )
-from eagle3_raw.redact import scrub
+from eagle3_raw.http_status import AuthError, EndpointNotFound, Redirected, error_message, http_error
+from eagle3_raw.redact import public_url, scrub
+from eagle3_raw.responses import Generation, check_response
+
+__all__ = [
+    "SERVER_INFO_KEYS", "AuthError", "EndpointNotFound", "Generation", "Redirected", "ServerIdentity",
+    "abort", "check_response", "error_message", "generate", "get_json", "health", "new_session",
+    "server_identity", "tokenize",
+]  # fmt: skip
 
 SERVER_INFO_KEYS = (
     "version", "model_path", "tokenizer_path", "served_model_name", "context_length", "dtype",
@@ -40,19 +47,6 @@ SERVER_INFO_KEYS = (
     "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command", "speculative_algorithm",
 )  # fmt: skip
 """``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
-
-
-class AuthError(FatalError):
-    """The server refused our credentials (HTTP 401/403)."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    """A checked completion: the ids exactly as returned, and the facts worth keeping."""
-
-    output_ids: list[int]
-    finish_reason: str
-    meta: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -128,26 +122,66 @@ async def generate(
 ) -> Generation:
     """Send one ``/generate`` request and return its checked result.
 
-    Raises a :class:`~eagle3_raw.errors.RetryableError` (connection, timeout, 5xx/429, abort, bad
-    response), :class:`~eagle3_raw.errors.RequestRejected` (a 400: this row will not work), or a
-    fatal error (credentials, no such endpoint).
+    Raises a :class:`~eagle3_raw.errors.RetryableError` (connection, timeout, 5xx/408/429, abort,
+    bad or oversized response), :class:`~eagle3_raw.errors.RequestRejected` (a 4xx: this row will
+    not work), or a fatal error (credentials, no such route, a redirect).
     """
     body = orjson.dumps({"rid": rid, "input_ids": input_ids, "sampling_params": sampling_params})
-    status, payload = await _post(session, f"{url}/generate", body, timeout)
-    if status != 200:
-        raise _http_error(status, payload, url)
-    return check_response(_decode_object(payload, url), input_ids, vocab_size, url)
+    max_new_tokens = sampling_params.get("max_new_tokens")
+    cap = limits.response_cap(max_new_tokens, len(input_ids))
+    where = f"{public_url(url)}/generate"
+    payload = await _post(session, f"{url}/generate", body, timeout, cap=cap, shown=where)
+    limit = max_new_tokens if isinstance(max_new_tokens, int) else None
+    result = _decode_object(payload, where)
+    return check_response(result, input_ids, vocab_size, public_url(url), limit, payload=payload)
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: bytes, timeout: float, *, cap: int, shown: str
+) -> bytes:
+    """POST ``body``; the 200 body (at most ``cap`` bytes), else the error raised for the status."""
     try:
         async with asyncio.timeout(timeout):
-            async with session.post(url, data=body) as response:
-                return response.status, await response.read()
+            async with session.post(url, data=body, allow_redirects=False) as response:
+                return await _read_ok(response, cap, shown)
     except TimeoutError as exc:
-        raise RequestTimeout(f"no response from {url} within {timeout:g} s", url=url) from exc
+        raise RequestTimeout(f"no response from {shown} within {timeout:g} s", url=shown) from exc
     except aiohttp.ClientError as exc:  # refused, reset, malformed HTTP: all worth another try
-        raise ConnectError(f"connection to {url} failed: {_reason(exc, timeout)}", url=url) from exc
+        raise ConnectError(f"connection to {shown} failed: {_reason(exc, timeout)}", url=shown) from exc
+
+
+async def _read_ok(response: aiohttp.ClientResponse, cap: int, shown: str) -> bytes:
+    """The body of a 200 answer, read within ``cap`` bytes; any other status raised as its error
+    (its body read only up to :data:`~eagle3_raw.limits.ERROR_BODY_BYTES`)."""
+    if response.status != 200:
+        payload = await _read_prefix(response, limits.ERROR_BODY_BYTES)
+        raise http_error(response.status, payload, shown, location=response.headers.get("Location"))
+    if response.content_length is not None:  # aiohttp reads exactly that many bytes, no more
+        if response.content_length > cap:
+            raise _too_large(shown, cap, f"announces {response.content_length:,}")
+        return await response.read()
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > cap:
+            raise _too_large(shown, cap, "sent more")
+    return bytes(body)
+
+
+async def _read_prefix(response: aiohttp.ClientResponse, size: int) -> bytes:
+    """The first ``size`` bytes of the body (all of it if shorter); the rest is left unread."""
+    body = bytearray()
+    while len(body) < size and (chunk := await response.content.read(size - len(body))):
+        body += chunk
+    return bytes(body)
+
+
+def _too_large(shown: str, cap: int, what: str) -> InvalidResponse:
+    return InvalidResponse(
+        f"the response of {shown} {what} than the {cap:,} bytes a reply to this request can need "
+        "(from max_new_tokens and the prompt); not read further",
+        url=shown,
+    )
 
 
 def _reason(exc: BaseException, timeout: float) -> str:
@@ -160,38 +194,6 @@ def _reason(exc: BaseException, timeout: float) -> str:
     return f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else type(exc).__name__
 
 
-def _http_error(status: int, payload: bytes, url: str) -> Exception:
-    message = error_message(payload)
-    text = f"HTTP {status} from {url}: {message}"
-    if status in (401, 403):
-        return AuthError(
-            f"{text} (server.api_key_env must name an environment variable holding the server's "
-            "--api-key; if it does, the key it holds was refused)"
-        )
-    if status == 404:
-        return ServerUnreachable(f"{text} (is this an SGLang server? /generate was not found)")
-    if status == 429 or status >= 500:
-        return ServerBusy(text, url=url, status=status)
-    if "Duplicate request ID" in message:
-        return ServerBusy(text, url=url, status=status)
-    return RequestRejected(text, status=status, url=url)
-
-
-def error_message(payload: bytes) -> str:
-    """The message of any of SGLang's three error body shapes (or the raw text)."""
-    try:
-        body = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return payload.decode("utf-8", "replace").strip()[:500] or "(empty body)"
-    if isinstance(body, dict):
-        error = body.get("error", body.get("message"))
-        if isinstance(error, dict):
-            error = error.get("message")
-        if isinstance(error, str):
-            return error
-    return str(body)[:500]
-
-
 def _decode_object(payload: bytes, url: str) -> Mapping[str, Any]:
     try:
         result = orjson.loads(payload)
@@ -202,97 +204,33 @@ def _decode_object(payload: bytes, url: str) -> Mapping[str, Any]:
     return result
 
 
-def check_response(
-    result: Mapping[str, Any], input_ids: Sequence[int], vocab_size: int, url: str
-) -> Generation:
-    """Check one response object against what was sent; see the module docstring."""
-    meta = result.get("meta_info")
-    output_ids = result.get("output_ids")
-    if not isinstance(meta, dict) or not isinstance(output_ids, list):
-        raise InvalidResponse(f"response from {url} lacks output_ids or meta_info", url=url)
-    finish = _finish_reason(meta, url)
-    _check_counts(meta, output_ids, len(input_ids), url)
-    _check_ids(output_ids, vocab_size, url)
-    if len(input_ids) > 1 and output_ids[: len(input_ids)] == list(input_ids):
-        raise InvalidResponse(f"response from {url} echoes the prompt in output_ids", url=url)
-    return Generation(output_ids, finish, _keep_meta(meta, url))
-
-
-def _finish_reason(meta: Mapping[str, Any], url: str) -> str:
-    finish = meta.get("finish_reason")
-    kind = finish.get("type") if isinstance(finish, dict) else None
-    if kind == "abort":
-        message = finish.get("message", "") if isinstance(finish, dict) else ""
-        raise GenerationAborted(f"generation aborted by {url}: {message}", url=url)
-    if kind not in ("stop", "length"):
-        raise InvalidResponse(f"unexpected finish_reason {finish!r} from {url}", url=url)
-    return str(kind)
-
-
-def _check_counts(meta: Mapping[str, Any], output_ids: list[Any], prompt_len: int, url: str) -> None:
-    if meta.get("completion_tokens") != len(output_ids):
-        raise InvalidResponse(
-            f"{url}: completion_tokens={meta.get('completion_tokens')} but {len(output_ids)} output_ids",
-            url=url,
-        )
-    prompt_tokens = meta.get("prompt_tokens")
-    if prompt_tokens is not None and prompt_tokens != prompt_len:
-        raise RequestRejected(
-            f"{url} saw {prompt_tokens} prompt tokens, we sent {prompt_len} "
-            "(is the server truncating prompts, e.g. --allow-auto-truncate?)",
-            url=url,
-        )
-
-
-def _check_ids(output_ids: list[Any], vocab_size: int, url: str) -> None:
-    try:
-        ids = array("q", output_ids)  # in C: refuses floats, strings and nulls
-    except (TypeError, OverflowError) as exc:
-        raise InvalidResponse(f"{url} returned a token id that is not an int64 ({exc})", url=url) from exc
-    values = numpy.frombuffer(ids, dtype=numpy.int64)  # min/max in C too, no Python int per id
-    if len(values) and (values.min() < 0 or values.max() >= vocab_size):
-        token = next(t for t in ids if not 0 <= t < vocab_size)
-        raise InvalidResponse(
-            f"{url} returned token id {token} outside the vocabulary (0..{vocab_size - 1})", url=url
-        )
-
-
-def _keep_meta(meta: Mapping[str, Any], url: str) -> dict[str, Any]:
-    return {
-        "prompt_tokens": meta.get("prompt_tokens"),
-        "completion_tokens": meta.get("completion_tokens"),
-        "cached_tokens": meta.get("cached_tokens"),
-        "e2e_latency": meta.get("e2e_latency"),
-        "weight_version": meta.get("weight_version"),
-        "endpoint": url,
-    }
-
-
 # --- side endpoints --------------------------------------------------------------------------
 
 
 async def get_json(session: aiohttp.ClientSession, url: str, timeout: float) -> Any:
-    """GET a JSON document; connection problems and non-200s raise, naming the URL."""
+    """GET a JSON document (at most :data:`~eagle3_raw.limits.SIDE_BODY_BYTES`); connection problems
+    raise ServerUnreachable, other statuses their :func:`~eagle3_raw.http_status.http_error`."""
+    shown = public_url(url)
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(url) as response:
-                payload = await response.read()
+            async with session.get(url, allow_redirects=False) as response:
+                payload = await _read_ok(response, limits.SIDE_BODY_BYTES, shown)
     except (TimeoutError, aiohttp.ClientError) as exc:
-        raise ServerUnreachable(f"cannot reach {url}: {_reason(exc, timeout)}") from exc
-    if response.status != 200:
-        raise _http_error(response.status, payload, url)
+        raise ServerUnreachable(f"cannot reach {shown}: {_reason(exc, timeout)}") from exc
+    except InvalidResponse as exc:
+        raise ServerMismatch(str(exc)) from exc
     try:
         return orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise ServerUnreachable(f"{url} did not answer JSON: is it an SGLang server?") from exc
+        raise ServerUnreachable(f"{shown} did not answer JSON: is it an SGLang server?") from exc
 
 
 async def health(session: aiohttp.ClientSession, url: str, timeout: float) -> bool:
     """True when ``/health`` answers 200 (SGLang runs a one-token generation for it)."""
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(f"{url}/health") as response:
-                await response.read()
+            async with session.get(f"{url}/health", allow_redirects=False) as response:
+                await _read_prefix(response, limits.ERROR_BODY_BYTES)
                 return response.status == 200
     except (TimeoutError, aiohttp.ClientError):
         return False
@@ -329,24 +267,25 @@ def identity_from(
 async def _first_json(
     session: aiohttp.ClientSession, url: str, paths: Sequence[str], timeout: float
 ) -> Mapping[str, Any]:
-    last: Exception | None = None
+    """The first of ``paths`` the server has (a 404 or 405 tries the next; anything else raises)."""
+    last: EndpointNotFound | None = None
     for path in paths:
         try:
             value = await get_json(session, f"{url}{path}", timeout)
-        except ServerUnreachable as exc:
+        except EndpointNotFound as exc:
             last = exc
-            if "HTTP 404" not in str(exc):
-                raise
             continue
         return value if isinstance(value, dict) else {}
-    raise ServerUnreachable(f"{url} answers none of {', '.join(paths)}: is it an SGLang server?") from last
+    raise ServerMismatch(
+        f"{public_url(url)} answers none of {', '.join(paths)}: is it an SGLang server?"
+    ) from last
 
 
 async def _max_model_len(session: aiohttp.ClientSession, url: str, timeout: float) -> int | None:
     try:
         models = await get_json(session, f"{url}/v1/models", timeout)
         return _int_or_none(models["data"][0].get("max_model_len"))
-    except (ServerUnreachable, KeyError, IndexError, TypeError, AttributeError):
+    except (ServerUnreachable, EndpointNotFound, KeyError, IndexError, TypeError, AttributeError):
         return None
 
 
@@ -419,14 +358,17 @@ def _int_or_none(value: Any) -> int | None:
 
 
 async def tokenize(session: aiohttp.ClientSession, url: str, text: str, timeout: float) -> list[int]:
-    """The server's own tokenization of ``text`` (``/tokenize``, no special tokens added)."""
+    """The server's own tokenization of ``text`` (``/tokenize``, no special tokens added).
+
+    :class:`~eagle3_raw.http_status.EndpointNotFound` when the server has no ``/tokenize``.
+    """
     body = orjson.dumps({"prompt": text, "add_special_tokens": False})
-    status, payload = await _post(session, f"{url}/tokenize", body, timeout)
-    if status != 200:
-        raise _http_error(status, payload, url)
-    tokens = _decode_object(payload, f"{url}/tokenize").get("tokens")
+    where = f"{public_url(url)}/tokenize"
+    cap = limits.response_cap(len(text), 0)
+    payload = await _post(session, f"{url}/tokenize", body, timeout, cap=cap, shown=where)
+    tokens = _decode_object(payload, where).get("tokens")
     if not isinstance(tokens, list):
-        raise InvalidResponse(f"{url}/tokenize returned no token list", url=url)
+        raise InvalidResponse(f"{where} returned no token list", url=where)
     return tokens
 
 
@@ -435,7 +377,7 @@ async def abort(session: aiohttp.ClientSession, url: str, rid: str, timeout: flo
     try:
         async with asyncio.timeout(timeout):
             body = orjson.dumps({"rid": rid, "abort_all": False})
-            async with session.post(f"{url}/abort_request", data=body) as response:
-                await response.read()
+            async with session.post(f"{url}/abort_request", data=body, allow_redirects=False) as response:
+                await _read_prefix(response, limits.ERROR_BODY_BYTES)
     except (TimeoutError, aiohttp.ClientError):
         pass

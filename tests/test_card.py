@@ -195,7 +195,7 @@ def test_section_shows_how_it_was_made_counts_and_how_to_use_it() -> None:
     assert 'load_dataset("alice/set", "alpha", revision="v1", split="train")' in text
     assert 'select_columns(["input_ids", "loss_mask"]).to_json("alpha.jsonl")' in text
     assert "data.prompts_path=alpha.jsonl" in text and "--data alpha.jsonl" in text
-    assert "eagle3-raw reproduce alice/set@v1 --config alpha\n" in text  # the reference server: no --set
+    assert "eagle3-raw reproduce alice/set@v1 --config alpha --reference-server\n" in text
     assert "the recipe is greedy (temperature 0)" in text
 
 

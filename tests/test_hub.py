@@ -129,7 +129,8 @@ def test_published_recipe_resolves_beside_itself_with_the_same_fingerprint(
     api = HfApi(token=token)
     commit = api.dataset_info(REPO).sha
     assert commit is not None
-    fetched, manifest = hub.fetch_recipe(api, REPO, commit, "haiku", tmp_path / "download")
+    server = ["server.endpoints=http://127.0.0.1:9"]  # reproducing always names a server of one's own
+    fetched, manifest = hub.fetch_recipe(api, REPO, commit, "haiku", tmp_path / "download", server)
     assert fetched.prompts.source == "haiku/prompts/plain.jsonl"
     assert fetched.fingerprint == fingerprint == manifest["fingerprint"]
 
@@ -324,7 +325,7 @@ def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: 
     env.update(HF_TOKEN=hub_server.tokens.write, EAGLE3_RAW_JOURNAL_DIR=str(tmp_path / "journals"))
     recipe = _recipe(tmp_path / "r")
     for argv in (["push", str(recipe), "--repo", REPO, "--tag", "v1", "--quiet"],
-                 ["reproduce", f"{REPO}@v1", "--quiet", "--strict"]):  # fmt: skip
+                 ["reproduce", f"{REPO}@v1", "--quiet", "--strict", "--reference-server"]):  # fmt: skip
         done = subprocess.run(
             [sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=120
         )
@@ -392,7 +393,7 @@ def test_no_token_or_server_key_reaches_the_hub_or_the_log(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("E3RAW_TEST_KEY", SECRET)
-    server = {"launch": "reference", "launch_args": ["--api-key", SECRET], "api_key_env": "E3RAW_TEST_KEY"}
+    server = {"launch": "reference", "api_key_env": "E3RAW_TEST_KEY"}  # the key reaches it by its environment
     print(_push(_recipe(tmp_path / "r", server=server), tmp_path, tag="v1").render())
     assert emulator.find_bytes(SECRET) == [] and emulator.find_bytes(token) == []
     output = caplog.text + "".join(capsys.readouterr())
@@ -400,9 +401,9 @@ def test_no_token_or_server_key_reaches_the_hub_or_the_log(
     files = emulator.files(REPO, "v1")
     manifest = orjson.loads(files["recipes/haiku.manifest.json"])
     assert "api_key" not in manifest["server"]["server_info"]
-    assert "--api-key <redacted>" in manifest["server"]["server_info"]["launch_command"]
+    assert "--api-key-env" in manifest["server"]["server_info"]["launch_command"]
     published = yaml.safe_load(files["recipes/haiku.yaml"])
-    assert published["server"]["launch_args"] == ["--api-key", "<redacted>"]
+    assert published["server"]["launch_args"] == []
     assert published["server"]["api_key_env"] == "E3RAW_TEST_KEY"
 
 
@@ -442,13 +443,15 @@ def test_reproduce_with_several_configs_needs_one_named(
         hub.reproduce(REPO)
     with pytest.raises(HubError, match="has no config 'nope'; it has: chats, haiku"):
         hub.reproduce(REPO, config="nope")
-    result = hub.reproduce(REPO, config="chats", run_options={"progress": "none"})
+    result = hub.reproduce(REPO, config="chats", run_options={"progress": "none"}, reference_server=True)
     assert result.full_agreement and result.config == "chats"
 
 
 def test_reproduce_with_a_changed_recipe_says_so(emulator: HubServer, token: str, tmp_path: Path) -> None:
     _push(_recipe(tmp_path / "r"), tmp_path)
-    result = hub.reproduce(REPO, overrides=["sampling.max_new_tokens=4"], run_options={"progress": "none"})
+    result = hub.reproduce(
+        REPO, overrides=["sampling.max_new_tokens=4"], run_options={"progress": "none"}, reference_server=True
+    )
     assert not result.full_agreement and result.published_fingerprint != result.rebuilt_fingerprint
     assert result.common == 3 and result.identical == 0
     assert {d.part for d in result.differences} == {"generated"}

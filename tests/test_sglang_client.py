@@ -132,8 +132,15 @@ async def test_a_server_that_truncated_the_prompt_is_refused_for_the_row(serve: 
         ({"error": {"message": "Duplicate request ID detected"}}, 400, ServerBusy, "Duplicate request ID"),
         ("Internal Server Error", 500, ServerBusy, "Internal Server Error"),
         ({"error": "slow down"}, 429, ServerBusy, "slow down"),
-        ({"detail": "Not Found"}, 404, ServerUnreachable, "is this an SGLang server"),
+        ({"detail": "Not Found"}, 404, sglang.EndpointNotFound, r"answered, but has no such route"),
+        ({"detail": "Method Not Allowed"}, 405, sglang.EndpointNotFound, "does not take this method"),
         ({"error": "Unauthorized"}, 401, sglang.AuthError, "api_key_env"),
+        ({"error": "admin only"}, 403, sglang.AuthError, "admin only"),
+        ("Request Timeout", 408, ServerBusy, "HTTP 408"),  # a proxy's: the same request may pass later
+        ("Bad Gateway", 502, ServerBusy, "HTTP 502"),
+        ("Gateway Timeout", 504, ServerBusy, "HTTP 504"),
+        ("Payload Too Large", 413, RequestRejected, "HTTP 413"),  # this row's request, for good
+        ({"error": "weird"}, 299, InvalidResponse, "not a status an SGLang server answers"),
     ],
 )
 async def test_error_bodies_map_to_what_the_run_does(

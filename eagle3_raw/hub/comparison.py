@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from eagle3_raw.hub.sets import arrow_batches
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     import datasets
@@ -33,8 +34,8 @@ class RowDifference:
 
     def render(self) -> str:
         return (
-            f"{self.id}: first difference at token {self.position} ({self.part}; lengths "
-            f"{self.published_len} vs {self.rebuilt_len}): published {list(self.published_ids)} "
+            f"{printable(self.id, limit=200)}: first difference at token {self.position} ({self.part}; "
+            f"lengths {self.published_len} vs {self.rebuilt_len}): published {list(self.published_ids)} "
             f"rebuilt {list(self.rebuilt_ids)}"
         )
 
@@ -73,9 +74,9 @@ class Comparison:
         """A plain-text report for the terminal."""
         same = "same" if self.published_fingerprint == self.rebuilt_fingerprint else "DIFFERENT recipe"
         lines = [
-            f"reproduced        {self.repo_id}@{self.commit} config {self.config}",
+            f"reproduced        {self.repo_id}@{printable(self.commit)} config {printable(self.config)}",
             f"fingerprint       rebuilt {self.rebuilt_fingerprint}, "
-            f"published {self.published_fingerprint} ({same})",
+            f"published {printable(self.published_fingerprint, limit=64)} ({same})",
             f"rows              published {self.published_rows:,}, rebuilt {self.rebuilt_rows:,}, "
             f"in common {self.common:,}",
             f"identical         {self.identical:,} of {self.published_rows:,} ({self.identical_share:.1%})",
@@ -98,7 +99,8 @@ def _listed(label: str, count: int, ids: Sequence[str]) -> list[str]:
     if not count:
         return []
     more = f" and {count - len(ids):,} more" if count > len(ids) else ""
-    return [f"{label:<18}{count:,}: {', '.join(ids)}{more}"]
+    shown = ", ".join(printable(i, limit=200) for i in ids)  # a published set's ids: a stranger's text
+    return [f"{label:<18}{count:,}: {shown}{more}"]
 
 
 def compare(

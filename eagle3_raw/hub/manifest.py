@@ -50,7 +50,9 @@ def build_manifest(
         "versions": _versions(),
         "request_params": recipe.sampling.request_params(),
         "server": _server_facts(server),
-        "tokenizer": scrub((server or {}).get("tokenizer") or _tokenizer_identity(recipe)),
+        "tokenizer": _public_tokenizer(
+            scrub((server or {}).get("tokenizer") or _tokenizer_identity(recipe)), published
+        ),
         "counts": _counts(recipe, scan, stats),
         "lengths": scan.length_stats(),
         "journal": _journal_history(journal_manifest),
@@ -77,6 +79,13 @@ def _server_facts(server: Mapping[str, Any] | None) -> dict[str, Any] | None:
     keys = ("model_path", "served_model_name", "weight_version", "version", "server_info", "model_info")
     facts: dict[str, Any] = scrub({key: server[key] for key in keys if key in server})
     return facts
+
+
+def _public_tokenizer(identity: Mapping[str, Any], published: PublishedRecipe) -> dict[str, Any]:
+    """The tokenizer's identity with the tokenizer named as the published recipe names it: never a
+    local path (the reference tokenizer's own is the installed package's)."""
+    name = published.data["model"]["tokenizer"]
+    return {**identity, "tokenizer": name, "name_or_path": name}
 
 
 def _tokenizer_identity(recipe: Recipe) -> dict[str, str]:

@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from eagle3_raw.errors import HubError
-from eagle3_raw.recipe import Recipe, digested_files, load_recipe, tokenizer_path
+from eagle3_raw.recipe import REFERENCE_TOKENIZER, Recipe, digested_files, load_recipe, tokenizer_path
 from eagle3_raw.redact import is_secret_name, public_url, scrub
 
 
@@ -36,6 +36,8 @@ class PublishedRecipe:
     data: Mapping[str, Any]
     files: Mapping[str, Path]
     prompt_source: Literal["local", "hub"]
+    unpublished: Mapping[str, Path] = field(default_factory=dict)
+    """Local folders the recipe points at beside it but that are not uploaded (a tokenizer)."""
 
     @property
     def path(self) -> str:
@@ -51,8 +53,10 @@ def publish_recipe(recipe: Recipe) -> PublishedRecipe:
 
     A local prompt source (file or folder) goes to ``recipes/<name>/prompts/<its name>``, a chat
     template override to ``recipes/<name>/chat_template/<its name>``; the recipe points at them
-    relatively. A local tokenizer folder is not uploaded (a warning says how to reproduce).
+    relatively. A local tokenizer folder is not uploaded (a warning says how to reproduce) and its
+    path is not published either: the recipe names it ``<name>/tokenizer/<folder name>``.
     """
+    check_publishable(recipe)
     data = recipe.to_dict()
     data["server"] = _public_server(data["server"])
     files: dict[str, Path] = {}
@@ -63,9 +67,42 @@ def publish_recipe(recipe: Recipe) -> PublishedRecipe:
         template = recipe.resolve_path(recipe.model.chat_template)
         data["model"]["chat_template"] = _ship(files, template, f"{recipe.name}/chat_template")
     kind: Literal["local", "hub"] = "local" if source.exists() else "hub"
-    published = PublishedRecipe(recipe.name, data, files, kind)
+    published = PublishedRecipe(recipe.name, data, files, kind, _unpublished_tokenizer(recipe, data))
     _check_fingerprint(recipe, published)
     return published
+
+
+def _unpublished_tokenizer(recipe: Recipe, data: dict[str, Any]) -> dict[str, Path]:
+    """A local tokenizer folder renamed ``<name>/tokenizer/<folder name>`` in ``data`` (its content,
+    not its path, is in the fingerprint), and linked there for the fingerprint check."""
+    folder = tokenizer_path(recipe)
+    if recipe.model.tokenizer == REFERENCE_TOKENIZER or folder is None:
+        return {}
+    relative = f"{recipe.name}/tokenizer/{folder.absolute().name}"
+    data["model"]["tokenizer"] = relative
+    return {f"recipes/{relative}": folder.absolute()}
+
+
+def check_publishable(recipe: Recipe) -> None:
+    """HubError when a local file the recipe would upload (prompt source, template override) is
+    outside the recipe's folder."""
+    source = recipe.resolve_path(recipe.prompts.source)
+    if source.exists():
+        _check_inside(recipe, "prompts.source", source)
+    if recipe.model.chat_template is not None:
+        _check_inside(recipe, "model.chat_template", recipe.resolve_path(recipe.model.chat_template))
+
+
+def _check_inside(recipe: Recipe, field: str, path: Path) -> None:
+    """HubError unless ``path`` is inside the recipe's folder as written (a link placed there is
+    the author's choice; ``~/.aws/credentials`` or ``../../etc/passwd`` is not published)."""
+    folder = os.path.normpath(recipe.base_dir.absolute())
+    where = os.path.normpath(path.absolute())
+    if os.path.commonpath([folder, where]) != folder:
+        raise HubError(
+            f"{field} {where} is outside the recipe's folder {folder}; push uploads only files inside "
+            "it: copy the file next to the recipe (or into a folder beside it) and point the recipe there"
+        )
 
 
 def _public_server(server: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +135,7 @@ def _check_fingerprint(recipe: Recipe, published: PublishedRecipe) -> None:
         path = root / published.path
         path.parent.mkdir(parents=True)
         path.write_text(published.to_yaml(), encoding="utf-8")
-        for repo_path, local in published.files.items():
+        for repo_path, local in {**published.files, **published.unpublished}.items():
             (root / repo_path).parent.mkdir(parents=True, exist_ok=True)
             (root / repo_path).symlink_to(local)
         fingerprint = load_recipe(path).fingerprint

@@ -32,6 +32,7 @@ from eagle3_raw.hub.manifest import build_manifest
 from eagle3_raw.hub.published import (
     PublishedRecipe,
     check_no_secrets,
+    check_publishable,
     local_tokenizer_warning,
     publish_recipe,
     upload_secrets,
@@ -108,6 +109,7 @@ def push(
     check_repo_id(repo_id, bare_name=True)
     check_ref_name("--revision", revision, branch=True)
     check_ref_name("--tag", tag)
+    check_publishable(loaded)  # a file outside the recipe's folder: refused before anything is built
     api = hub_api(token)
     repo_id = full_repo_id(api, repo_id)
     prepare_repo(api, repo_id, private=private, revision=revision, tag=tag)

@@ -1,15 +1,18 @@
 """Reproducing a published set: its recipe downloaded, rebuilt in a fresh cache, compared by row id.
 
 Everything is read at one commit, the revision resolved first, so a branch that moves meanwhile
-does not mix two versions.
+does not mix two versions. The published recipe is a stranger's: it is loaded as data only
+(:mod:`eagle3_raw.hub.untrusted`): the server, the key and what may run are the user's, and what
+will be sent where is announced before anything is generated.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +22,8 @@ from eagle3_raw.builder import build
 from eagle3_raw.errors import HubError
 from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
 from eagle3_raw.hub.comparison import Comparison, compare
-from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.hub.untrusted import Trust, describe, load_stranger_recipe, pinned_commit
+from eagle3_raw.recipe import Recipe
 
 if TYPE_CHECKING:
     import datasets
@@ -36,21 +40,31 @@ def reproduce(
     work_dir: Path | None = None,
     run_options: Mapping[str, Any] | None = None,
     max_differences: int = 5,
+    reference_server: bool = False,
+    trust_remote_code: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Rebuild config ``config`` of ``ref`` (``org/name[@revision]``) from its published recipe and compare.
 
     Everything is read at one commit (the revision resolved first). The rebuild runs in a fresh
     cache and journal under ``work_dir`` (a temporary folder, removed after, when None), so it
-    really regenerates. ``overrides`` apply to the published recipe (``server.endpoints=...``).
-    Without ``config``, a repo with one recipe uses it; with several, HubError lists them.
+    really regenerates. The published recipe gives the data only: requests go to the server the
+    user names in ``overrides`` (``server.endpoints=...``; other ``overrides`` change data fields
+    as given), or to the built-in reference server with ``reference_server``; the published
+    ``trust_remote_code`` needs ``trust_remote_code`` and a commit (:mod:`.untrusted`). What will be
+    sent where goes to ``announce`` (default: standard error) before generating. Without
+    ``config``, a repo with one recipe uses it; with several, HubError lists them.
     """
     repo_id, ref_revision = parse_repo_ref(ref)
     from huggingface_hub import get_token
 
     api = hub_api(token or get_token())
-    commit, name = _resolve_config(api, repo_id, revision or ref_revision, config)
+    asked = revision or ref_revision
+    commit, name = _resolve_config(api, repo_id, asked, config)
+    trust = Trust(reference_server, trust_remote_code, pinned_commit(asked, commit))
     with _work_dir(work_dir) as root:
-        recipe, manifest = fetch_recipe(api, repo_id, commit, name, root / "hub", overrides)
+        recipe, manifest = fetch_recipe(api, repo_id, commit, name, root / "hub", overrides, trust)
+        (announce or _to_stderr)(describe(recipe, repo_id, commit, root / "hub" / "recipes"))
         fingerprint = recipe.fingerprint  # now: it digests the downloaded files, gone after the block
         options = {**(run_options or {}), "journal_dir": root / "journals"}
         rebuilt = build(recipe, cache_dir=root / "cache", run_options=options)
@@ -60,11 +74,15 @@ def reproduce(
     return Comparison(repo_id, name, commit, str(manifest.get("fingerprint", "?")), fingerprint, **result)
 
 
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def _resolve_config(api: HfApi, repo_id: str, revision: str | None, config: str | None) -> tuple[str, str]:
     with hub_errors(repo_id, "read"):
         commit = str(api.dataset_info(repo_id, revision=revision).sha)
         files = api.list_repo_files(repo_id, repo_type="dataset", revision=commit)
-    configs = sorted(m[1] for f in files if (m := re.fullmatch(r"recipes/([^/]+)\.yaml", f)))
+    configs = sorted(m[1] for f in files if (m := re.fullmatch(r"recipes/([A-Za-z0-9][\w.-]*)\.yaml", f)))
     return commit, choose_config(repo_id, configs, config)
 
 
@@ -94,9 +112,11 @@ def _work_dir(work_dir: Path | None) -> Iterator[Path]:
 
 def fetch_recipe(
     api: HfApi, repo_id: str, commit: str, name: str, local_dir: Path,
-    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None, trust: Trust | None = None,
 ) -> tuple[Recipe, dict[str, Any]]:  # fmt: skip
-    """Download config ``name``'s recipe, files and manifest at ``commit``; the recipe loaded from there."""
+    """Download config ``name``'s recipe, files and manifest at ``commit``; the recipe loaded from
+    there as a stranger's (:func:`~eagle3_raw.hub.untrusted.load_stranger_recipe`: ``overrides``
+    must name the server, unless ``trust`` asks for the reference server)."""
     from huggingface_hub import snapshot_download
 
     patterns = [f"recipes/{name}.yaml", f"recipes/{name}.manifest.json", f"recipes/{name}/*"]
@@ -105,9 +125,21 @@ def fetch_recipe(
             repo_id, repo_type="dataset", revision=commit, local_dir=local_dir, allow_patterns=patterns,
             token=api.token,
         )  # fmt: skip
-    manifest_path = local_dir / "recipes" / f"{name}.manifest.json"
-    manifest = orjson.loads(manifest_path.read_bytes()) if manifest_path.is_file() else {}
-    return load_recipe(local_dir / "recipes" / f"{name}.yaml", overrides), manifest
+    manifest = _manifest(local_dir / "recipes" / f"{name}.manifest.json")
+    return load_stranger_recipe(local_dir / "recipes" / f"{name}.yaml", overrides, trust or Trust()), manifest
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    """The published manifest (only its fingerprint is used), or nothing when absent or unusable."""
+    from eagle3_raw.limits import RECIPE_BYTES
+
+    if not path.is_file() or path.stat().st_size > RECIPE_BYTES:
+        return {}
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
 def _load_published(api: HfApi, repo_id: str, name: str, commit: str, cache_dir: Path) -> datasets.Dataset:

@@ -25,7 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang = parser.add_argument_group("SGLang server options")
     sglang.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     sglang.add_argument("--port", type=int, default=30000, help="port to bind (default: 30000)")
-    sglang.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (health checks stay open)")
+    sglang.add_argument(
+        "--api-key",
+        help="require 'Authorization: Bearer KEY' (health checks stay open); every local user can read a "
+        "command line: prefer --api-key-env",
+    )
+    sglang.add_argument(
+        "--api-key-env", metavar="NAME",
+        help="like --api-key, with the key read from environment variable NAME (kept off the command line)",
+    )  # fmt: skip
     sglang.add_argument(
         "--model-path", type=Path,
         help="model folder (default: the packaged tiny model) or a tokenizer folder",
@@ -86,7 +94,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
     timing = None if args.ms_per_token is None else Timing(args.ms_per_token, args.prefill_ms_per_token)
     return ServerConfig(
-        host=args.host, port=args.port, api_key=args.api_key, model_path=args.model_path,
+        host=args.host, port=args.port, api_key=_api_key(args), model_path=args.model_path,
         served_model_name=args.served_model_name, weight_version=args.weight_version,
         context_length=args.context_length,
         skip_tokenizer_init=args.skip_tokenizer_init, max_running_requests=args.max_running_requests,
@@ -101,6 +109,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         chat_template=args.chat_template, reasoning_parser=args.reasoning_parser,
         tool_call_parser=args.tool_call_parser,
     )  # fmt: skip
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """``--api-key``, or the value of the variable ``--api-key-env`` names (ValueError if unset)."""
+    name = getattr(args, "api_key_env", None)
+    if name is None:
+        return args.api_key  # type: ignore[no-any-return]
+    if args.api_key is not None:
+        raise ValueError("--api-key and --api-key-env: give one of them")
+    if not os.environ.get(name):
+        raise ValueError(f"--api-key-env {name}: that environment variable is not set")
+    return os.environ[name]
 
 
 def _json_object(option: str, text: str | None) -> dict[str, Any]:
@@ -186,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eagle3_raw.reference",
         description="Serve SGLang 0.5.23's native API with the built-in tiny reference model.",
+        allow_abbrev=False,  # an option is the one its full name says (see launch.check_launch_args)
     )
     add_arguments(parser)
     return serve(parser.parse_args(argv))

@@ -6,7 +6,14 @@
         ...  # server.url, server.port, server.kill(), server.restart()
 
 The child is ``python -m eagle3_raw.reference --host 127.0.0.1 --port N --exit-with-stdin [args]``;
-its stdout and stderr go to a log file whose tail is in the error when it fails to start. Its stdin is
+its stdout and stderr go to a log file whose tail is in the error when it fails to start. An API key
+reaches it through its environment (``--api-key-env``), never its command line, which every local
+user can read (``ps``, ``/proc/<pid>/cmdline``).
+
+A recipe's ``server.launch_args`` may hold only the options in :data:`RECIPE_OPTIONS`
+(:func:`check_launch_args`, applied when the recipe is validated): the ones that shape the
+simulated server. Where it listens, its key and the files it reads or writes are eagle3_raw's
+choice, never a recipe's. Its stdin is
 a pipe this process holds open for the child's life: however this process dies (even SIGKILL), the
 kernel closes the pipe and the child shuts down, so no server outlives its launcher (unless a process
 forked from the launcher, which inherits the pipe, is still alive).
@@ -24,13 +31,41 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from eagle3_raw.errors import ServerUnreachable
+from eagle3_raw.errors import RecipeError, ServerUnreachable
+
+if TYPE_CHECKING:
+    from eagle3_raw.recipe import Recipe
 
 _POLL_SECONDS = 0.05
+
+KEY_VARIABLE = "EAGLE3_RAW_REFERENCE_API_KEY"
+"""The child's environment variable that carries the API key (``--api-key-env``)."""
+
+#: serve-reference options a recipe's ``server.launch_args`` may give, and whether they take a value.
+RECIPE_OPTIONS: Mapping[str, bool] = {
+    "--slots": True, "--ms-per-token": True, "--prefill-ms-per-token": True, "--faults": True,
+    "--fault-seed": True, "--context-length": True, "--max-running-requests": True,
+    "--max-queued-requests": True, "--stream-interval": True, "--served-model-name": True,
+    "--preferred-sampling-params": True, "--speculative-algorithm": True,
+    "--speculative-num-steps": True, "--speculative-eagle-topk": True,
+    "--speculative-num-draft-tokens": True, "--disable-radix-cache": False, "--skip-tokenizer-init": False,
+}  # fmt: skip
+
+_REFUSED: Mapping[str, str] = {
+    "--host": "the launched server listens on 127.0.0.1 only",
+    "--port": "a free port is chosen for it",
+    "--api-key": "its key comes from server.api_key_env, through the environment",
+    "--api-key-env": "its key comes from server.api_key_env",
+    "--ledger": "it writes a file; to keep a ledger, run `eagle3-raw serve-reference --ledger FILE` yourself "
+    "and list its URL in server.endpoints",
+    "--model-path": "it reads a local folder; run `eagle3-raw serve-reference` yourself for another model",
+    "--exit-with-stdin": "eagle3_raw sets it",
+}
 
 
 class ReferenceProcess:
@@ -137,9 +172,14 @@ def launch_reference(
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     startup_timeout: float = 10.0,
+    api_key: str | None = None,
 ) -> ReferenceProcess:
     """Start ``python -m eagle3_raw.reference`` on ``127.0.0.1`` (a free port unless ``port`` is given)
-    and wait until ``/health`` answers. ``env`` is added to this process's environment."""
+    and wait until ``/health`` answers. ``env`` is added to this process's environment; ``api_key``
+    goes into it too (as :data:`KEY_VARIABLE`), never into the command line."""
+    if api_key:
+        env = {**(env or {}), KEY_VARIABLE: api_key}
+        args = [*args, "--api-key-env", KEY_VARIABLE]
     for attempt in range(3):
         server = ReferenceProcess(port or free_port(), args, env, startup_timeout)
         try:
@@ -166,3 +206,39 @@ def _healthy(url: str) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+@contextlib.contextmanager
+def recipe_endpoints(recipe: Recipe, api_key: str | None) -> Iterator[tuple[str, ...]]:
+    """The recipe's endpoints, plus a reference server started for the run if it asks for one
+    (with the recipe's ``launch_args``, checked by :func:`check_launch_args`, and ``api_key``)."""
+    if recipe.server.launch != "reference":
+        yield recipe.server.endpoints
+        return
+    check_launch_args(recipe.server.launch_args)
+    with launch_reference(args=recipe.server.launch_args, api_key=api_key) as server:
+        yield (*recipe.server.endpoints, server.url)
+
+
+def check_launch_args(args: Sequence[str]) -> None:
+    """RecipeError unless every option in ``args`` is one of :data:`RECIPE_OPTIONS`, spelt in full
+    (argparse would take ``--led`` for ``--ledger``), each with a value if it takes one."""
+    expects_value = False
+    for arg in args:
+        if expects_value:
+            expects_value = False
+            continue
+        name, has_value, _ = arg.partition("=")
+        if name not in RECIPE_OPTIONS:
+            raise RecipeError("server.launch_args", list(args), _refusal(name))
+        expects_value = RECIPE_OPTIONS[name] and not has_value
+    if expects_value:
+        raise RecipeError("server.launch_args", list(args), f"{args[-1]} needs a value after it")
+
+
+def _refusal(name: str) -> str:
+    allowed = ", ".join(sorted(RECIPE_OPTIONS))
+    if name in _REFUSED:
+        return f"{name} is not allowed in a recipe: {_REFUSED[name]}; allowed: {allowed}"
+    what = f"{name!r} is not a serve-reference option" if name.startswith("-") else f"{name!r} is no option"
+    return f"{what} a recipe may give (spell options in full); allowed: {allowed}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from eagle3_raw.errors import ServerUnreachable
 from eagle3_raw.reference.launch import free_port, launch_reference
@@ -111,3 +112,91 @@ def test_the_server_exits_when_the_process_that_launched_it_is_killed() -> None:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# --- secrets and the options a recipe may give (issue 13, finding 4) --------------------------------
+
+KEY = "sk-e3raw-launch-key-77f3a9c1d2"
+
+
+def _cmdlines() -> dict[int, str]:
+    """Every process's command line, as any local user reads it (``ps``, ``/proc/<pid>/cmdline``)."""
+    lines = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit():
+                lines[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return lines
+
+
+def test_an_api_key_reaches_the_launched_server_by_its_environment_never_its_command_line() -> None:
+    with launch_reference(api_key=KEY) as server:
+        command = _cmdlines()[server.process.pid]
+        assert "--api-key-env" in command and KEY not in command
+        assert not [pid for pid, line in _cmdlines().items() if KEY in line]
+        assert get(server.url, "/server_info").status == 401  # the key is in force
+        info = get(server.url, "/server_info", headers={"Authorization": f"Bearer {KEY}"}).json()
+        assert KEY not in str(info)
+
+
+def test_a_recipe_that_launches_the_reference_server_keeps_its_key_off_every_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eagle3_raw.recipe import load_recipe
+    from eagle3_raw.run import launched_endpoints
+
+    monkeypatch.setenv("E3RAW_LAUNCH_KEY", KEY)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    server = {
+        "launch": "reference",
+        "api_key_env": "E3RAW_LAUNCH_KEY",
+        "launch_args": ["--context-length", "512"],
+    }
+    raw = {"name": "t", "prompts": {"source": "p.jsonl"}, "sampling": {"max_new_tokens": 4}, "server": server}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    with launched_endpoints(load_recipe(tmp_path / "r.yaml")) as (url,):
+        assert get(url, "/health").status == 200 and get(url, "/server_info").status == 401
+        launched = [
+            line for line in _cmdlines().values() if "eagle3_raw.reference" in line and url[-5:] in line
+        ]
+        assert launched and not [line for line in _cmdlines().values() if KEY in line]
+
+
+def test_serve_reference_reads_its_key_from_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from eagle3_raw.reference.cli import main
+
+    monkeypatch.delenv("E3RAW_UNSET_KEY", raising=False)
+    assert main(["--api-key-env", "E3RAW_UNSET_KEY", "--port", str(free_port())]) == 2
+    assert main(["--api-key", "a", "--api-key-env", "HOME", "--port", str(free_port())]) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["--ledger", "/tmp/x"], "--ledger is not allowed in a recipe"),
+        (["--ledger=/tmp/x"], "--ledger is not allowed in a recipe"),
+        (["--host", "0.0.0.0"], "--host is not allowed"),
+        (["--port", "80"], "--port is not allowed"),
+        (["--api-key", "k"], "--api-key is not allowed"),
+        (["--api-key-env", "HF_TOKEN"], "--api-key-env is not allowed"),
+        (["--model-path", "/home"], "--model-path is not allowed"),
+        (["--exit-with-stdin"], "--exit-with-stdin is not allowed"),
+        (["--led", "x"], "'--led' is not a serve-reference option a recipe may give"),
+        (["-h"], "'-h' is not a serve-reference option"),
+        (["64"], "'64' is no option"),
+        (["--slots"], "--slots needs a value after it"),
+    ],
+)
+def test_launch_args_are_an_allowlist(args: list[str], refused: str) -> None:
+    from eagle3_raw.errors import RecipeError
+    from eagle3_raw.reference.launch import check_launch_args
+
+    with pytest.raises(RecipeError, match=refused):
+        check_launch_args(args)
+
+
+def test_the_documented_launch_args_pass() -> None:
+    from eagle3_raw.reference.launch import check_launch_args
+
+    documented = ["--slots", "64", "--ms-per-token", "2", "--faults=http500=0.1", "--disable-radix-cache"]
+    check_launch_args([*documented, "--served-model-name", "m", "--context-length", "512"])

@@ -1,0 +1,96 @@
+"""What an HTTP status from an SGLang server means for the run: retry, record the row, or stop.
+
+Dispatched on the status code, never on the message, with one exception SGLang forces: a rid
+still in flight is a 400 whose only mark is its message ("Duplicate request ID"). The statuses
+SGLang 0.5.23 itself answers (``shared/sglang-protocol.md`` §5): 400 (validation, ``ValueError``,
+scheduler aborts with status 400), 401 (no or wrong ``--api-key``), 403 (an admin-only route),
+404 and 405 (no such route: FastAPI), 500 and 503 (scheduler aborts: queue full, waiting or running
+timeouts, retraction without a KV backup, out of memory; ``http_server.py:2246``,
+``tokenizer_manager.py:1891``). Proxies and routers in front of it add 408, 413, 429, 502 and 504.
+
+Error bodies are read only up to :data:`~eagle3_raw.limits.ERROR_BODY_BYTES`, and the message
+taken from them is escaped (:func:`~eagle3_raw.printable.printable`): it is a stranger's text.
+"""
+
+from __future__ import annotations
+
+from eagle3_raw.errors import FatalError, InvalidResponse, RequestRejected, ServerBusy, ServerMismatch
+from eagle3_raw.printable import printable
+
+MESSAGE_CHARS = 500
+"""How much of a server's error message is kept."""
+
+_RETRYABLE_4XX = frozenset({408, 425, 429})
+"""Request Timeout, Too Early, Too Many Requests: the same request can succeed later."""
+
+
+class AuthError(FatalError):
+    """The server refused our credentials (HTTP 401/403)."""
+
+
+class EndpointNotFound(ServerMismatch):
+    """The server answered, but has no such route (HTTP 404, or 405 for this method): not the
+    server the run needs, though a reachable one."""
+
+    def __init__(self, message: str, *, url: str, status: int) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class Redirected(ServerMismatch):
+    """The server answered with a redirect (3xx). eagle3_raw never follows one: the requests,
+    and the API key with them, would go to a server that was never checked."""
+
+
+def http_error(status: int, payload: bytes, url: str, *, location: str | None = None) -> Exception:
+    """The exception for a non-200 answer of ``url`` (a full URL, credentials already removed)."""
+    message = error_message(payload)
+    text = f"HTTP {status} from {url}: {message}"
+    if 300 <= status < 400:
+        target = printable(location, limit=MESSAGE_CHARS) if location else "(no Location header)"
+        return Redirected(
+            f"HTTP {status} from {url} redirects to {target}; eagle3_raw does not follow redirects: "
+            "put the URL it should talk to in server.endpoints"
+        )
+    if status in (401, 403):
+        return AuthError(
+            f"{text} (server.api_key_env must name an environment variable holding the server's "
+            "--api-key; if it does, the key it holds was refused)"
+        )
+    if status in (404, 405):
+        return EndpointNotFound(_not_found(status, url, message), url=url, status=status)
+    if status in _RETRYABLE_4XX or status >= 500:
+        return ServerBusy(text, url=url, status=status)
+    if status == 400 and "Duplicate request ID" in message:  # SGLang gives it no status of its own
+        return ServerBusy(text, url=url, status=status)
+    if 400 <= status < 500:
+        return RequestRejected(text, status=status, url=url)
+    return InvalidResponse(f"{text} (not a status an SGLang server answers)", url=url)
+
+
+def _not_found(status: int, url: str, message: str) -> str:
+    route = url.rsplit("/", 1)[-1]
+    what = "has no such route" if status == 404 else "does not take this method on it"
+    return (
+        f"HTTP {status} from {url}: {message} (the server answered, but {what}: is it SGLang's "
+        f"native API, and does /{route} exist in its version?)"
+    )
+
+
+def error_message(payload: bytes) -> str:
+    """The message of any of SGLang's three error body shapes (or the raw text), escaped and cut."""
+    import orjson
+
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        text = payload.decode("utf-8", "replace").strip() or "(empty body)"
+        return printable(text, limit=MESSAGE_CHARS)
+    if isinstance(body, dict):
+        error = body.get("error", body.get("message"))
+        if isinstance(error, dict):
+            error = error.get("message")
+        if isinstance(error, str):
+            return printable(error, limit=MESSAGE_CHARS)
+    return printable(body, limit=MESSAGE_CHARS)

@@ -1,0 +1,170 @@
+"""Every bound eagle3_raw puts on what it reads, in one place, with the checks that apply them.
+
+A recipe, a template, a tokenizer folder or a server's reply can come from a stranger (a published
+set being reproduced, a misbehaving server). None of them may make eagle3_raw use unbounded memory
+or CPU: each bound below is crossed with a clear error naming what crossed it.
+
+- Recipe files: at most :data:`RECIPE_BYTES`; their YAML, expanded (anchors and aliases followed),
+  at most :data:`YAML_NODES` values (a "billion laughs" file of 600 bytes expands to 10^9).
+- Numeric settings: :data:`RECIPE_MAXIMA`.
+- Local files a recipe names: a chat template file at most :data:`TEMPLATE_BYTES` and a regular
+  file (not ``/dev/zero``); a tokenizer folder at most :data:`TOKENIZER_FILES` files and
+  :data:`TOKENIZER_BYTES` bytes, found within :data:`WALK_ENTRIES` entries (``/usr/lib`` is
+  refused before any of it is read); a prompt source a regular file or a folder.
+- Rendered prompts: :data:`PROMPT_CHARS` characters (:mod:`eagle3_raw.template_limits`).
+- Server replies: a ``/generate`` body at most :func:`response_cap` bytes (from ``max_new_tokens``
+  and the prompt, never above :data:`RESPONSE_BYTES`), a side endpoint's :data:`SIDE_BODY_BYTES`;
+  an error body is read up to :data:`ERROR_BODY_BYTES` and cut there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eagle3_raw.errors import RecipeError
+
+if TYPE_CHECKING:
+    from eagle3_raw.recipe import Recipe
+
+RECIPE_BYTES = 1 << 20
+YAML_NODES = 100_000
+TEMPLATE_BYTES = 1 << 20
+TOKENIZER_FILES = 512
+TOKENIZER_BYTES = 2 << 30
+WALK_ENTRIES = 20_000
+PROMPT_CHARS = 16 << 20
+RESPONSE_BYTES = 256 << 20
+SIDE_BODY_BYTES = 16 << 20
+ERROR_BODY_BYTES = 64 << 10
+
+#: Largest accepted value of each numeric recipe setting.
+RECIPE_MAXIMA: Mapping[str, int] = {
+    "server.max_in_flight": 4096,
+    "server.max_retries": 100,
+    "server.request_timeout": 7 * 24 * 3600,
+    "server.connect_timeout": 3600,
+    "server.wait_for_server": 7 * 24 * 3600,
+    "sampling.max_new_tokens": 1 << 24,
+    "sampling.samples_per_prompt": 1024,
+}
+
+_BYTES_PER_OUTPUT_ID = 256
+"""Generous: the id in ``output_ids``, its text in ``text`` (JSON-escaped), per-token meta."""
+_BYTES_PER_PROMPT_ID = 16
+_BASE_BYTES = 1 << 20
+
+
+def response_cap(max_new_tokens: object, prompt_len: int) -> int:
+    """The largest ``/generate`` body accepted for a request with these ids (bytes)."""
+    new = max_new_tokens if isinstance(max_new_tokens, int) and max_new_tokens > 0 else 128
+    return min(RESPONSE_BYTES, _BASE_BYTES + new * _BYTES_PER_OUTPUT_ID + prompt_len * _BYTES_PER_PROMPT_ID)
+
+
+# --- recipes ------------------------------------------------------------------------------------
+
+
+def check_recipe_file(path: Path) -> None:
+    """RecipeError unless ``path`` is a regular file of at most :data:`RECIPE_BYTES`."""
+    check_regular_file("recipe", path, RECIPE_BYTES)
+
+
+def check_yaml_size(data: Any, what: str, budget: int = YAML_NODES) -> None:
+    """RecipeError when ``data``, with every alias expanded, has more than ``budget`` values.
+
+    PyYAML shares the object behind an alias, so loading a "billion laughs" file is cheap; walking
+    it (fingerprinting, validating, dumping) is not. This walk stops at the budget, also for data
+    that contains itself.
+    """
+    stack, seen = [data], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > budget:
+            raise RecipeError(
+                what, "<not shown>",
+                f"expands to more than {budget:,} values (YAML anchors and aliases included); a recipe "
+                "is a few dozen",
+            )  # fmt: skip
+        if isinstance(value, Mapping):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+
+
+def check_numbers(recipe: Recipe) -> None:
+    """RecipeError for a numeric setting above its :data:`RECIPE_MAXIMA` entry."""
+    values = {
+        **{f"server.{k}": getattr(recipe.server, k) for k in (
+            "max_in_flight", "max_retries", "request_timeout", "connect_timeout", "wait_for_server")},
+        "sampling.max_new_tokens": recipe.sampling.params.get("max_new_tokens"),
+        "sampling.samples_per_prompt": recipe.sampling.samples_per_prompt,
+    }  # fmt: skip
+    for dotted, value in values.items():
+        maximum = RECIPE_MAXIMA[dotted]
+        if isinstance(value, int | float) and value > maximum:
+            raise RecipeError(dotted, value, f"expected at most {maximum:,}")
+
+
+def check_local_files(recipe: Recipe) -> None:
+    """The local files of ``recipe`` within bounds, before any of them is read."""
+    from eagle3_raw.recipe import tokenizer_path
+
+    source = recipe.resolve_path(recipe.prompts.source)
+    if source.exists() and not (source.is_dir() or source.is_file()):
+        raise RecipeError("prompts.source", str(source), "expected a regular file or a folder")
+    if recipe.model.chat_template is not None:
+        template = recipe.resolve_path(recipe.model.chat_template)
+        if template.exists():
+            check_regular_file("model.chat_template", template, TEMPLATE_BYTES)
+    folder = tokenizer_path(recipe)
+    if folder is not None and recipe.model.tokenizer != "reference":
+        check_tokenizer_folder(folder)
+
+
+def check_regular_file(field: str, path: Path, limit: int) -> None:
+    """RecipeError unless ``path`` is a regular file of at most ``limit`` bytes."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise RecipeError(field, str(path), f"cannot read it ({exc.strerror or exc})") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise RecipeError(field, str(path), "expected a regular file (not a device, a pipe or a folder)")
+    if info.st_size > limit:
+        raise RecipeError(field, str(path), f"is {info.st_size:,} bytes; at most {limit:,} are read")
+
+
+def check_tokenizer_folder(folder: Path) -> None:
+    """RecipeError when the folder has more than :data:`TOKENIZER_FILES` files or
+    :data:`TOKENIZER_BYTES` bytes to digest; the walk itself stops after :data:`WALK_ENTRIES`."""
+    from eagle3_raw.recipe import _digestible as is_digestible
+
+    files = size = 0
+    for entries, path in enumerate(_walk(folder), start=1):
+        if entries > WALK_ENTRIES:
+            _too_big(folder, f"more than {WALK_ENTRIES:,} entries below it")
+        if not is_digestible(path, folder):
+            continue
+        files += 1
+        size += path.stat().st_size
+        if files > TOKENIZER_FILES or size > TOKENIZER_BYTES:
+            _too_big(folder, f"more than {TOKENIZER_FILES:,} files or {TOKENIZER_BYTES:,} bytes to read")
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    """Every path below ``folder``, lazily, without following links to folders."""
+    for root, dirs, names in os.walk(folder):
+        for name in (*dirs, *names):
+            yield Path(root, name)
+
+
+def _too_big(folder: Path, what: str) -> None:
+    raise RecipeError(
+        "model.tokenizer", str(folder),
+        f"has {what}; a tokenizer folder holds a few files (tokenizer.json, tokenizer_config.json, "
+        "...): point it at the tokenizer's own folder",
+    )  # fmt: skip
