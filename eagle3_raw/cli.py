@@ -1,4 +1,4 @@
-"""The ``eagle3-raw`` command line: build, merge, push, reproduce, serve-reference."""
+"""The ``eagle3-raw`` command line: build, merge, push, reproduce, export, serve-reference."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build(sub)
     _add_merge(sub)
     _add_hub(sub)
+    _add_export(sub)
     _add_serve_reference(sub)
     return parser
 
@@ -194,6 +195,12 @@ def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     hub_cli.add_push(sub)
     hub_cli.add_reproduce(sub)
+
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eagle3_raw.export import cli as export_cli
+
+    export_cli.add_export(sub)
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

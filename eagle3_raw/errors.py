@@ -137,3 +137,7 @@ class HubError(FatalError):
 
 class Interrupted(FatalError):
     """The run was stopped by the user (Ctrl-C); the journal holds everything finished."""
+
+
+class ExportError(FatalError):
+    """An export that cannot be made as asked (a bad option, a size, an id outside the vocabulary)."""
