@@ -78,8 +78,8 @@ def push(recipe: Any, repo_id: str, **options: Any) -> PushResult:
     return hub.push(recipe, repo_id, **options)
 
 
-def export(**options: Any) -> ExportResult:  # type: ignore[no-redef]
-    """Write a set in a trainer's layout with its draft-vocabulary files; see :func:`eagle3_raw.export.export`.
+def export(**options: Any) -> ExportResult:
+    """Write a set in a trainer's layout, with draft-vocabulary files; see :func:`eagle3_raw.export.export`.
 
     Keyword arguments only: ``output_dir``, ``recipe`` or ``hub`` (and ``config``), ``layout``,
     ``max_length``, ``overflow``, ``extend_boundary``, ``draft_vocab_sizes``, ``target_vocab_size``,

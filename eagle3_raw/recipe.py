@@ -568,7 +568,9 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
 
 def _export_dict(export: ExportConfig) -> dict[str, Any]:
     """The ``export`` section, only when it is set (recipes without one publish as before)."""
-    return {"export": {"draft_vocab_sizes": list(export.draft_vocab_sizes)}} if export.draft_vocab_sizes else {}
+    return (
+        {"export": {"draft_vocab_sizes": list(export.draft_vocab_sizes)}} if export.draft_vocab_sizes else {}
+    )
 
 
 def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:

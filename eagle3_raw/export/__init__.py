@@ -31,7 +31,6 @@ from eagle3_raw.export.lengths import Cost, LengthReport
 from eagle3_raw.export.vocab import COMMON_SIZES, DraftMapping, TokenFrequencies, mapping
 
 
-
 class _CallablePackage(types.ModuleType):
     def __call__(self, **options: Any) -> ExportResult:
         return export(**options)
@@ -40,6 +39,14 @@ class _CallablePackage(types.ModuleType):
 sys.modules[__name__].__class__ = _CallablePackage
 
 __all__ = [
-    "COMMON_SIZES", "LAYOUTS", "Cost", "DraftMapping", "ExportResult", "LengthReport", "Layout",
-    "TokenFrequencies", "export", "mapping",
+    "COMMON_SIZES",
+    "LAYOUTS",
+    "Cost",
+    "DraftMapping",
+    "ExportResult",
+    "Layout",
+    "LengthReport",
+    "TokenFrequencies",
+    "export",
+    "mapping",
 ]  # fmt: skip

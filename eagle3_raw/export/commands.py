@@ -20,15 +20,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-MODEL = "<target model>"
+MODEL = "TARGET_MODEL"
+"""Placeholder for the target model (Hub id or folder) in printed commands."""
 
 
 def specforge_train(data: str, max_length: int, mapping: str | None) -> str:
     """The ``specforge train`` overrides for a pre-tokenized JSONL file and a vocabulary mapping."""
-    words = ["specforge", "train", "-c", "<online config>.yaml", "data.train_data_path=", f"data.prompts_path={data}"]
-    words.append(f"data.max_length={max_length}")
-    words.append(f"model.vocab_mapping_path={mapping or '<vocab_mapping-N.pt>'}")
-    return shlex.join(words)
+    words = ["specforge", "train", "-c", "online.yaml", "data.train_data_path="]
+    words += [f"data.prompts_path={data}", f"data.max_length={max_length}"]
+    return shlex.join([*words, f"model.vocab_mapping_path={mapping or 'vocab_mapping-N.pt'}"])
 
 
 def speculators_prepare(data: str, seq_length: int, output: str = "./training_data") -> str:
@@ -40,7 +40,7 @@ def speculators_prepare(data: str, seq_length: int, output: str = "./training_da
 def speculators_train(size: int | None, d2t: str | None = None, t2d: str | None = None) -> str:
     """``speculators train`` with the draft vocabulary (the mapping files when given)."""
     words = ["speculators", "train", "--verifier-name-or-path", MODEL, "--data-path", "./training_data"]
-    words += ["--draft-vocab-size", str(size) if size else "<N>"]
+    words += ["--draft-vocab-size", str(size) if size else "N"]
     if d2t and t2d:
         words += ["--d2t-path", d2t, "--t2d-path", t2d]
     return shlex.join(words)
@@ -76,3 +76,23 @@ def for_layout(
     if layout == "modelopt":
         return [modelopt_note(data, in_folder(f"d2t-{size}.pt"))]
     return []
+
+
+def for_card(repo_id: str, revision: str, name: str, longest: int, size: int | None) -> dict[str, str]:
+    """The card's hand-off commands for config ``name`` at ``revision`` (``size``: a published mapping)."""
+    hub = ["eagle3-raw", "export", "--hub", f"{repo_id}@{revision}", "--config", name]
+    draft = ["--draft-vocab-size", str(size) if size else "N"]
+    folder = f"recipes/{name}/vocab"
+    return {
+        "speculators_prepare": speculators_prepare(hf_spec(repo_id, name), longest),
+        "speculators_export": shlex.join([*hub, "--layout", "speculators", "--output", "./export"]),
+        "speculators_prepare_pinned": speculators_prepare("./export/data", longest),
+        "speculators_train": speculators_train(size),
+        "specforge_export": shlex.join([*hub, "--layout", "specforge", "--output", "./export", *draft]),
+        "specforge_train": specforge_train(f"./export/{name}.jsonl", longest, f"./export/vocab_mapping-{size or 'N'}.pt"),
+        "download": shlex.join(
+            ["hf", "download", repo_id, f"{folder}/vocab_mapping-{size or 'N'}.pt", "--repo-type", "dataset",
+             "--revision", revision, "--local-dir", "."]
+        ),  # fmt: skip
+        "modelopt_export": shlex.join([*hub, "--layout", "modelopt", "--output", "./export", *draft]),
+    }

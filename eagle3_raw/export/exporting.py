@@ -57,8 +57,9 @@ class ExportResult:
     def render(self) -> str:
         """A plain-text summary for the terminal."""
         limit = get_layout(self.layout).limit
+        written = f"{self.rows_written:,} of {self.rows_read:,} rows"
         lines = [
-            f"exported          {self.source} as {self.layout}: {self.rows_written:,} of {self.rows_read:,} rows",
+            f"exported          {self.source} as {self.layout}: {written}",
             f"rows file         {self.data_file}",
             f"supervised tokens {self.supervised_tokens:,} (longest row {self.longest_row:,} tokens)",
         ]
@@ -70,7 +71,9 @@ class ExportResult:
             f"generated ids     {f.total:,} tokens, {f.distinct:,} distinct of {f.vocab_size:,} "
             f"(target vocabulary from {self.vocab_from})"
         )
-        lines += [f"coverage          draft vocabulary {n:,}: {share:.2%} of generated tokens" for n, share in self.coverage()]
+        lines += [
+            f"coverage          {n:,} ids: {share:.2%} of generated tokens" for n, share in self.coverage()
+        ]
         lines += [f"vocab file        {path}" for path in self.vocab_files]
         lines += [f"train with        {command}" for command in self.commands]
         return "\n".join(lines)
@@ -105,7 +108,7 @@ def export(
     chosen = get_layout(layout)
     lengths.check_max_length(max_length, overflow)
     if extend_boundary and chosen.name != "specforge":
-        raise ExportError("extend_boundary is for SpecForge's mask shift (its issue 885): use layout specforge")
+        raise ExportError("extend_boundary is for SpecForge's mask shift (its issue 885): layout specforge")
     if (recipe is None) == (hub is None):
         raise ExportError("export needs exactly one source: recipe=... or hub='org/name[@revision]'")
     cache = Path(cache_dir) if cache_dir is not None else None
@@ -169,12 +172,12 @@ def _clear_data_folder(layout: Layout, data_file: Path) -> None:
 def _batches(dataset: Any, layout: Layout) -> Any:
     from eagle3_raw.hub.sets import arrow_batches
 
-    wanted = list(dict.fromkeys([*(layout.fields or {}).values(), "id", "input_ids", "loss_mask", "prompt_len"]))
-    columns = dataset.column_names if layout.fields is None else wanted
-    missing = [c for c in ("id", "input_ids", "loss_mask", "prompt_len") if c not in dataset.column_names]
+    needed = ["id", "input_ids", "loss_mask", "prompt_len"]
+    missing = [c for c in needed if c not in dataset.column_names]
     if missing:
         raise ExportError(f"the set has no column {missing[0]!r}: is it an eagle3_raw set?")
-    return arrow_batches(dataset, columns)
+    wanted = list(dict.fromkeys([*(layout.fields or {}).values(), *needed]))
+    return arrow_batches(dataset, dataset.column_names if layout.fields is None else wanted)
 
 
 def _reshape(table: pa.Table, options: _Options, tally: LengthTally | None, totals: _Totals) -> pa.Table:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 Overflow = Literal["truncate", "drop"]
 OVERFLOWS: tuple[Overflow, ...] = ("truncate", "drop")
+_KEYS = ("truncate_cut", "truncate_dropped", "truncate_lost", "drop_dropped", "drop_lost")
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,9 @@ class LengthReport:
         for overflow in OVERFLOWS:
             cost = self.cost(overflow)
             mark = "applied " if overflow == self.applied else "would   "
-            lines.append(
-                f"  {mark}{overflow:<9} {cost.rows_truncated:,} rows cut, {cost.rows_dropped:,} rows dropped, "
-                f"{cost.supervised_lost:,} supervised tokens lost ({cost.supervised_lost / share:.2%})"
-            )
+            rows = f"{cost.rows_truncated:,} rows cut, {cost.rows_dropped:,} rows dropped"
+            lost = f"{cost.supervised_lost:,} supervised tokens lost ({cost.supervised_lost / share:.2%})"
+            lines.append(f"  {mark}{overflow:<9} {rows}, {lost}")
         return lines
 
 
@@ -97,9 +97,6 @@ class LengthTally:
             truncate=Cost(c["truncate_cut"], c["truncate_dropped"], c["truncate_lost"]),
             drop=Cost(0, c["drop_dropped"], c["drop_lost"]),
         )  # fmt: skip
-
-
-_KEYS = ("truncate_cut", "truncate_dropped", "truncate_lost", "drop_dropped", "drop_lost")
 
 
 @dataclass(frozen=True)

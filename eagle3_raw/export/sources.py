@@ -120,10 +120,12 @@ def from_hub(
     name = choose_config(repo_id, configs, config)
     with hub_errors(repo_id, "load the published rows of"):
         dataset = datasets.load_dataset(
-            repo_id, name, revision=commit, split="train", token=token, cache_dir=str(cache_dir) if cache_dir else None
-        )
+            repo_id, name, revision=commit, split="train", token=token,
+            cache_dir=str(cache_dir) if cache_dir else None,
+        )  # fmt: skip
     assert isinstance(dataset, datasets.Dataset)
-    size, origin = (target_vocab_size, "given") if target_vocab_size else _published_vocab(api, repo_id, commit, name)
+    given = (target_vocab_size, "given") if target_vocab_size else None
+    size, origin = given or _published_vocab(api, repo_id, commit, name)
     return Source(dataset, name, size, origin, repo_id=repo_id, revision=revision or commit)
 
 

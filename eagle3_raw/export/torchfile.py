@@ -19,8 +19,9 @@ Every record's bytes start on a 64-byte boundary: the local header's extra field
 ``storage`` the persistent id ``("storage", torch.LongStorage, "<key>", "cpu", n)``: only globals
 ``torch.load(weights_only=True)`` (the default since torch 2.6) accepts.
 
-Only what the trainers read is supported: 1-D int64 and bool tensors, a dict of them, one tensor,
-and a dict of ints.
+The functions return the file's bytes; ``stem`` is the file name without ``.pt`` (torch's folder
+name; any name loads). Only what the trainers read is supported: 1-D int64 and bool tensors, a
+dict of them, one tensor, and a dict of ints.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,21 +41,20 @@ _STORAGES = {"int64": ("LongStorage", "<i8"), "bool": ("BoolStorage", "|b1")}
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01: a fixed date keeps the bytes reproducible
 
 
-def save_tensors(path: Path, tensors: Mapping[str, np.ndarray]) -> Path:
-    """Write ``torch.save({name: tensor, ...})`` for 1-D int64/bool arrays (SpecForge's vocab mapping)."""
-    storages = list(tensors.values())
+def tensors_file(stem: str, tensors: Mapping[str, np.ndarray]) -> bytes:
+    """``torch.save({name: tensor, ...})`` of 1-D int64/bool arrays (SpecForge's vocab mapping)."""
     items = [_str(name) + _tensor(array, str(key)) for key, (name, array) in enumerate(tensors.items())]
-    return _write(path, _dict(items), storages)
+    return _archive(stem, _dict(items), list(tensors.values()))
 
 
-def save_tensor(path: Path, array: np.ndarray) -> Path:
-    """Write ``torch.save(tensor)`` for one 1-D int64/bool array (Model-Optimizer's ``d2t`` cache)."""
-    return _write(path, b"\x80\x02" + _tensor(array, "0") + b".", [array])
+def tensor_file(stem: str, array: np.ndarray) -> bytes:
+    """``torch.save(tensor)`` of one 1-D int64/bool array (Model-Optimizer's ``d2t`` cache)."""
+    return _archive(stem, b"\x80\x02" + _tensor(array, "0") + b".", [array])
 
 
-def save_int_dict(path: Path, values: Mapping[int, int]) -> Path:
-    """Write ``torch.save({int: int, ...})`` in ``values``' order (speculators' ``token_freq.pt``)."""
-    return _write(path, _dict([_int(int(k)) + _int(int(v)) for k, v in values.items()]), [])
+def int_dict_file(stem: str, values: Mapping[int, int]) -> bytes:
+    """``torch.save({int: int, ...})``, in ``values``' order (speculators' ``token_freq.pt``)."""
+    return _archive(stem, _dict([_int(int(k)) + _int(int(v)) for k, v in values.items()]), [])
 
 
 # --- pickle protocol 2, the opcodes torch's pickler emits for these objects ---------------------------
@@ -107,7 +106,7 @@ def _global(module: str, name: str) -> bytes:
 # --- the zip archive ---------------------------------------------------------------------------------
 
 
-def _write(path: Path, pickled: bytes, storages: list[np.ndarray]) -> Path:
+def _archive(stem: str, pickled: bytes, storages: list[np.ndarray]) -> bytes:
     data = [array.astype(_storage(array)[1], copy=False).tobytes() for array in storages]
     digest = hashlib.sha256(pickled + b"".join(data)).digest()
     records = [
@@ -119,9 +118,7 @@ def _write(path: Path, pickled: bytes, storages: list[np.ndarray]) -> Path:
         ("version", b"3\n"),
         (".data/serialization_id", f"{int.from_bytes(digest) % 10**40:040d}".encode()),
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(_zip((f"{path.stem}/{name}", blob) for name, blob in records))
-    return path
+    return _zip((f"{stem}/{name}", blob) for name, blob in records)
 
 
 def _zip(records: Iterable[tuple[str, bytes]]) -> bytes:

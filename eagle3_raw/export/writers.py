@@ -8,6 +8,7 @@ complete, so a failed export leaves no file that looks finished.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -103,29 +104,45 @@ class _ParquetWriter:
 def write_vocab_files(
     folder: Path, frequencies: TokenFrequencies, sizes: Sequence[int], formats: Sequence[VocabFormat]
 ) -> list[Path]:
-    """``token_freq.pt``, each size's mapping in ``formats``, and ``draft_vocab.json``."""
+    """Write :func:`vocab_files` into ``folder``; returns the paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    written = [torchfile.save_int_dict(folder / "token_freq.pt", frequencies.as_dict())]
+    paths = []
+    for name, content in vocab_files(frequencies, sizes, formats).items():
+        (folder / name).write_bytes(content)
+        paths.append(folder / name)
+    return paths
+
+
+def vocab_files(
+    frequencies: TokenFrequencies, sizes: Sequence[int], formats: Sequence[VocabFormat]
+) -> dict[str, bytes]:
+    """``token_freq.pt``, each size's mapping in each of ``formats``, and ``draft_vocab.json``, by name."""
+    files = {"token_freq.pt": torchfile.int_dict_file("token_freq", frequencies.as_dict())}
     for size in sizes:
         drafted = mapping(frequencies, size)
         for vocab_format in formats:
-            written += _write_mapping(folder, vocab_format, size, drafted.d2t, drafted.t2d)
-    summary = folder / "draft_vocab.json"
-    summary.write_bytes(orjson.dumps(vocab_summary(frequencies, sizes), option=orjson.OPT_INDENT_2) + b"\n")
-    return [*written, summary]
+            files.update(_mapping_files(vocab_format, size, drafted.d2t, drafted.t2d))
+    summary = vocab_summary(frequencies, sizes)
+    files["draft_vocab.json"] = orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n"
+    return files
 
 
-def _write_mapping(
-    folder: Path, vocab_format: VocabFormat, size: int, d2t: np.ndarray, t2d: np.ndarray
-) -> list[Path]:
+def _mapping_files(
+    vocab_format: VocabFormat, size: int, d2t: np.ndarray, t2d: np.ndarray
+) -> dict[str, bytes]:
     names = vocab_file_names(vocab_format, size)
+    stem = names[0].removesuffix(".pt")
     if vocab_format == "specforge":
-        return [torchfile.save_tensors(folder / names[0], {"d2t": d2t, "t2d": t2d})]
+        return {names[0]: torchfile.tensors_file(stem, {"d2t": d2t, "t2d": t2d})}
     if vocab_format == "modelopt":
-        return [torchfile.save_tensor(folder / names[0], d2t)]
-    np.save(folder / names[0], d2t)
-    np.save(folder / names[1], t2d)
-    return [folder / name for name in names]
+        return {names[0]: torchfile.tensor_file(stem, d2t)}
+    return {names[0]: _npy(d2t), names[1]: _npy(t2d)}
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
 
 
 def vocab_summary(frequencies: TokenFrequencies, sizes: Sequence[int]) -> dict[str, Any]:
