@@ -261,7 +261,7 @@ def trainer_context(section: CardSection) -> dict[str, Any]:
         "vocab_sizes": sizes,
         "coverage": [(int(size), float(share)) for size, share in (vocab.get("coverage") or {}).items()],
         "longest_row": longest,
-        "commands": for_card(section.repo_id, section.revision, section.name, longest, sizes[0] if sizes else None),
+        "commands": for_card(section.repo_id, section.revision, section.name, longest, next(iter(sizes), None)),
     }
 
 

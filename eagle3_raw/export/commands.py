@@ -82,17 +82,15 @@ def for_card(repo_id: str, revision: str, name: str, longest: int, size: int | N
     """The card's hand-off commands for config ``name`` at ``revision`` (``size``: a published mapping)."""
     hub = ["eagle3-raw", "export", "--hub", f"{repo_id}@{revision}", "--config", name]
     draft = ["--draft-vocab-size", str(size) if size else "N"]
-    folder = f"recipes/{name}/vocab"
+    mapping = f"vocab_mapping-{size or 'N'}.pt"
+    download = ["hf", "download", repo_id, f"recipes/{name}/vocab/{mapping}", "--repo-type", "dataset"]
     return {
         "speculators_prepare": speculators_prepare(hf_spec(repo_id, name), longest),
         "speculators_export": shlex.join([*hub, "--layout", "speculators", "--output", "./export"]),
         "speculators_prepare_pinned": speculators_prepare("./export/data", longest),
         "speculators_train": speculators_train(size),
         "specforge_export": shlex.join([*hub, "--layout", "specforge", "--output", "./export", *draft]),
-        "specforge_train": specforge_train(f"./export/{name}.jsonl", longest, f"./export/vocab_mapping-{size or 'N'}.pt"),
-        "download": shlex.join(
-            ["hf", "download", repo_id, f"{folder}/vocab_mapping-{size or 'N'}.pt", "--repo-type", "dataset",
-             "--revision", revision, "--local-dir", "."]
-        ),  # fmt: skip
+        "specforge_train": specforge_train(f"./export/{name}.jsonl", longest, f"./export/{mapping}"),
+        "download": shlex.join([*download, "--revision", revision, "--local-dir", "."]),
         "modelopt_export": shlex.join([*hub, "--layout", "modelopt", "--output", "./export", *draft]),
     }

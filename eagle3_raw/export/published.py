@@ -51,6 +51,7 @@ def publish_vocab(recipe: Recipe, dataset: datasets.Dataset) -> PublishedVocab:
     frequencies = counter.result()
     sizes = check_sizes(recipe.export.draft_vocab_sizes, size)
     folder = vocab_folder(recipe.name)
-    files = {f"{folder}/{name}": content for name, content in vocab_files(frequencies, sizes, ALL_FORMATS).items()}
+    made = vocab_files(frequencies, sizes, ALL_FORMATS)
+    files = {f"{folder}/{name}": content for name, content in made.items()}
     summary = {**vocab_summary(frequencies, sizes), "target_vocab_from": origin}
     return PublishedVocab(folder, files, summary)
