@@ -255,13 +255,14 @@ def trainer_context(section: CardSection) -> dict[str, Any]:
     vocab = dict(section.vocab or {})
     sizes = [int(size) for size in vocab.get("mapping_sizes") or []]
     longest = int(((section.manifest.get("lengths") or {}).get("total") or {}).get("max") or 2048)
+    size = sizes[0] if sizes else None
     return {
         "vocab": vocab,
         "vocab_folder": f"recipes/{section.name}/vocab",
         "vocab_sizes": sizes,
         "coverage": [(int(size), float(share)) for size, share in (vocab.get("coverage") or {}).items()],
         "longest_row": longest,
-        "commands": for_card(section.repo_id, section.revision, section.name, longest, next(iter(sizes), None)),
+        "commands": for_card(section.repo_id, section.revision, section.name, longest, size),
     }
 
 

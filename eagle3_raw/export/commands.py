@@ -65,16 +65,19 @@ def for_layout(
 ) -> list[str]:
     """The commands to hand ``layout``'s export in ``folder`` to its trainer (the first draft size)."""
     size = sizes[0] if sizes else None
-    in_folder = (lambda name: f"{folder}/{name}") if size else (lambda name: None)
+
+    def written(name: str) -> str | None:
+        return f"{folder}/{name}" if size else None
+
     if layout == "specforge":
-        return [specforge_train(data, max_length, in_folder(f"vocab_mapping-{size}.pt"))]
+        return [specforge_train(data, max_length, written(f"vocab_mapping-{size}.pt"))]
     if layout == "speculators":
         prepare = [speculators_prepare(data.rsplit("/", 1)[0], max_length)]
         if hub is not None:
             prepare.append(speculators_prepare(hf_spec(*hub), max_length) + "  # the published set as is")
-        return [*prepare, speculators_train(size, in_folder(f"d2t-{size}.npy"), in_folder(f"t2d-{size}.npy"))]
+        return [*prepare, speculators_train(size, written(f"d2t-{size}.npy"), written(f"t2d-{size}.npy"))]
     if layout == "modelopt":
-        return [modelopt_note(data, in_folder(f"d2t-{size}.pt"))]
+        return [modelopt_note(data, written(f"d2t-{size}.pt"))]
     return []
 
 
