@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -180,6 +181,7 @@ def make_exports(work: Path, max_length: int, size: int) -> dict[str, Any]:
         "speculators": {"layout": "speculators"},
         "speculators_cut": {"layout": "speculators", "max_length": max_length},
         "modelopt": {"layout": "modelopt"},
+        "jsonl": {"layout": "jsonl"},
     }
     done = {}
     for name, options in plans.items():
@@ -390,10 +392,10 @@ def prove_speculators(
         prepare_data(python, model, source, out / name, length, token_freq=bool(freq))
         if freq is not None:
             outputs[name] = {"dir": str(out / name), "expect": str(want)}
-    with published_demo(work) as (env, repo):
+    with published_demo(work, args.size) as (env, repo, files):
         prepare_data(python, model, f"hf:{repo}:demo:train", out / "hub", longest, token_freq=True, env=env)
     outputs["published_hf"] = {"dir": str(out / "hub"), "expect": str(expect["full"])}
-    return run_check(
+    checked = run_check(
         python,
         "speculators_check.py",
         work / "speculators.json",
@@ -406,6 +408,12 @@ def prove_speculators(
             "no_freq_output": str(out / "no_token_freq"),
         },
     )
+    names = ["token_freq.pt", f"vocab_mapping-{args.size}.pt", f"d2t-{args.size}.npy", f"t2d-{args.size}.npy"]
+    local = {name: (exports["jsonl"].output_dir / name).read_bytes() for name in names}
+    checked["pushed_vocab_files_equal_the_export"] = local == {
+        name: files.get(f"recipes/demo/vocab/{name}") for name in names
+    }
+    return checked
 
 
 def prepare_data(
@@ -429,20 +437,20 @@ def prepare_data(
         str(output),
         "--seq-length",
         str(seq_length),
-        "--overwrite",
         "--num-preprocessing-workers",
         "1",
     ]
     if token_freq:
         command.append("--no-skip-token-freq")
+    shutil.rmtree(output, ignore_errors=True)  # train's vocabulary code caches d2t/t2d into it
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
 
 
 @contextlib.contextmanager
-def published_demo(work: Path) -> Iterator[tuple[dict[str, str], str]]:
-    """The demo set pushed to the test Hub server; yields a client environment for it and the repo."""
+def published_demo(work: Path, size: int) -> Iterator[tuple[dict[str, str], str, dict[str, bytes]]]:
+    """The demo set pushed to the test Hub server; yields a client environment, the repo, its files."""
     from eagle3_raw import hub
     from tests.support.hub_server import HubServer
 
@@ -452,13 +460,14 @@ def published_demo(work: Path) -> Iterator[tuple[dict[str, str], str]]:
                 "demo",
                 "alice/demo",
                 tag="v1",
+                overrides={"export.draft_vocab_sizes": [size]},
                 token=server.tokens.write,
                 cache_dir=work / "cache",
                 run_options=run_options(work),
             )
         env = server.client_env(work / "client-home", base=os.environ)
         env["HF_TOKEN"] = server.tokens.write
-        yield env, "alice/demo"
+        yield env, "alice/demo", server.files("alice/demo", "v1")
 
 
 # --- running a check in a trainer's environment -------------------------------------------------------

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -80,9 +81,7 @@ def check_mappings(config: dict[str, Any]) -> dict[str, Any]:
         "train_loads_given_files": torch.equal(given[0], d2t) and torch.equal(given[1], t2d),
         "train_rebuilds_same_from_prepare_data": torch.equal(from_freq[0], d2t)
         and torch.equal(from_freq[1], t2d),
-        "without_no_skip_token_freq": "full vocabulary"
-        if no_freq[0] is None and no_freq[2] == vocab
-        else "?",
+        "full_vocabulary_without_no_skip_token_freq": no_freq[0] is None and no_freq[2] == vocab,
         "model_accepts": model_accepts(d2t, t2d, size, vocab),
     }
 
@@ -104,7 +103,7 @@ def model_accepts(d2t: torch.Tensor, t2d: torch.Tensor, size: int, vocab: int) -
 def main() -> None:
     config = json.loads(Path(sys.argv[1]).read_text())
     result = {
-        "versions": {"speculators": __import__("speculators").__version__, "torch": torch.__version__},
+        "versions": {name: version(name) for name in ("speculators", "torch", "transformers", "datasets")},
         "outputs": check_outputs(config),
         "token_freq": check_frequencies(config),
         "mappings": check_mappings(config),
