@@ -3,7 +3,8 @@
 A recipe is parsed into frozen dataclasses, validated in one place (:func:`parse_recipe`), and
 identified by its fingerprint: a hash of every field that changes the data, with defaults resolved
 and local files (prompt sources, tokenizer, template override) identified by their content.
-Transport settings (endpoints, in-flight limits, timeouts, keys) never enter the fingerprint.
+Transport settings (endpoints, in-flight limits, timeouts, keys) never enter the fingerprint, nor
+does the ``export`` section (the draft vocabulary sizes a push publishes files for).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Read in the trainers' own code (versions named; file:line in the installed wheel
   folder of ``.json``/``.jsonl`` files read recursively (``speculators/data_generation/
   preprocessing.py:751-765``), so the rows go to ``data/`` and nothing else may be in it; rows with
   ``input_ids`` and ``loss_mask`` pass through, other columns dropped (``preprocessing.py:877,
-  458-484``). Draft vocabulary: ``token_freq.pt`` (``torch.save({id: count})``,
+  457-482``). Draft vocabulary: ``token_freq.pt`` (``torch.save({id: count})``,
   ``speculators/train/vocab_mapping.py:54-56``) and ``d2t-N.npy``/``t2d-N.npy``
   (``speculators/train/cli.py:343-392``).
 - ``modelopt`` (NVIDIA Model-Optimizer): 0.47.0 reads only text/messages; its streaming dataset's

@@ -3,7 +3,7 @@
 **Frequencies** count the generated ids only (``loss_mask == 1`` of the set, the stop token
 included), over the rows as exported (after ``max_length``), as speculators' ``prepare-data
 --no-skip-token-freq`` (``speculators/train/vocab_mapping.py:44-52``) and SpecForge's
-``generate_vocab_mapping_file`` (``specforge/data/preprocessing.py:614-622``) count them.
+``generate_vocab_mapping_file`` (``specforge/data/preprocessing.py:615-625``) count them.
 
 **Selection** (the tie-break is part of the contract): the ``N`` ids with the highest count, an id
 with the same count as another kept before it when it is smaller; when fewer than ``N`` ids were
