@@ -25,6 +25,7 @@ from eagle3_raw.registry import register
 if TYPE_CHECKING:
     import datasets
 
+    from eagle3_raw.export import ExportResult
     from eagle3_raw.hub import Comparison, PushResult
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "ServerMismatch",
     "ServerUnreachable",
     "__version__",
+    "export",
     "load",
     "load_recipe",
     "push",
@@ -81,6 +83,18 @@ def push(recipe: Any, repo_id: str, **options: Any) -> PushResult:
     from eagle3_raw import hub
 
     return hub.push(recipe, repo_id, **options)
+
+
+def export(**options: Any) -> ExportResult:
+    """Write a set in a trainer's layout, with draft-vocabulary files; see :func:`eagle3_raw.export.export`.
+
+    Keyword arguments only: ``output_dir``, ``recipe`` or ``hub`` (and ``config``), ``layout``,
+    ``max_length``, ``overflow``, ``extend_boundary``, ``draft_vocab_sizes``, ``target_vocab_size``,
+    ``overrides``, ``cache_dir``, ``run_options``, ``token``.
+    """
+    from eagle3_raw.export import exporting
+
+    return exporting.export(**options)
 
 
 def reproduce(ref: str, **options: Any) -> Comparison:

@@ -79,6 +79,7 @@ class CardSection:
     recipe: Mapping[str, Any]
     manifest: Mapping[str, Any]
     example: Example | None = None
+    vocab: Mapping[str, Any] | None = None
 
     @property
     def svg_path(self) -> str:
@@ -244,6 +245,25 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "reproduce_command": reproduce_command(section.repo_id, section.revision, section.name, recipe),
         "launches_reference": (recipe.get("server") or {}).get("launch") == "reference",
         "greedy": is_greedy(recipe["sampling"]),
+        **trainer_context(section),
+    }
+
+
+def trainer_context(section: CardSection) -> dict[str, Any]:
+    """The draft vocabulary (``draft_vocab.json``) and the exact commands that hand the set to trainers."""
+    from eagle3_raw.export.commands import for_card
+
+    vocab = dict(section.vocab or {})
+    sizes = [int(size) for size in vocab.get("mapping_sizes") or []]
+    longest = int(((section.manifest.get("lengths") or {}).get("total") or {}).get("max") or 2048)
+    size = sizes[0] if sizes else None
+    return {
+        "vocab": vocab,
+        "vocab_folder": f"recipes/{section.name}/vocab",
+        "vocab_sizes": sizes,
+        "coverage": [(int(size), float(share)) for size, share in (vocab.get("coverage") or {}).items()],
+        "longest_row": longest,
+        "commands": for_card(section.repo_id, section.revision, section.name, longest, size),
     }
 
 
@@ -338,6 +358,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # Markdown, not HTML: values are quoted by the filters below
     )
     env.filters.update(n=_number, code=inline_code, cell=table_cell, fenced=fenced, counts=_counts)
+    env.filters["percent"] = lambda share: f"{share:.2%}"
     env.filters["total"] = lambda mapping: sum((mapping or {}).values())
     return env
 

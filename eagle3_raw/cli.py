@@ -1,4 +1,5 @@
-"""The ``eagle3-raw`` command line: build, merge, push, reproduce, inspect, stats, serve-reference.
+"""The ``eagle3-raw`` command line: build, merge, push, reproduce, export, inspect, stats,
+journals, serve-reference.
 
 Exit codes (README, "Exit codes"): 0 done; 1 an error, printed as one line; 2 a usage error
 (argparse's); 3 ``reproduce --strict`` when not every row is identical; 4 a build that finished
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_merge(sub)
     _add_hub(sub)
     _add_looking(sub)
+    _add_export(sub)
     _add_serve_reference(sub)
     return parser
 
@@ -247,6 +249,12 @@ def _add_looking(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     inspect_cli.add_inspect(sub)
     stats.add_stats(sub)
+
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eagle3_raw.export import cli as export_cli
+
+    export_cli.add_export(sub)
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

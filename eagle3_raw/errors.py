@@ -152,3 +152,7 @@ class Interrupted(KeyboardInterrupt):
 
     A :class:`KeyboardInterrupt`, not an :class:`Exception`: ``except Exception`` around a build in
     a caller's program does not swallow the user's Ctrl-C."""
+
+
+class ExportError(FatalError):
+    """An export that cannot be made as asked (a bad option, a size, an id outside the vocabulary)."""

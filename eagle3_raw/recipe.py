@@ -3,7 +3,8 @@
 A recipe is parsed into frozen dataclasses, validated in one place (:func:`parse_recipe`), and
 identified by its fingerprint: a hash of every field that changes the data, with defaults resolved
 and local files (prompt sources, tokenizer, template override) identified by their content.
-Transport settings (endpoints, in-flight limits, timeouts, keys) never enter the fingerprint.
+Transport settings (endpoints, in-flight limits, timeouts, keys) never enter the fingerprint, nor
+does the ``export`` section (the draft vocabulary sizes a push publishes files for).
 """
 
 from __future__ import annotations
@@ -149,6 +150,13 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class ExportConfig:
+    """What ``push`` publishes beside the set for trainers. Never part of the fingerprint."""
+
+    draft_vocab_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A parsed, validated recipe. ``base_dir`` is where relative paths resolve."""
 
@@ -161,6 +169,7 @@ class Recipe:
     on_truncation: OnTruncation = "keep"
     license: str | None = None
     description: str | None = None
+    export: ExportConfig = field(default_factory=ExportConfig)
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
 
     def resolve_path(self, value: str) -> Path:
@@ -349,6 +358,7 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
         on_truncation=_choice(raw, "on_truncation", "", ("keep", "drop"), "keep"),
         license=_optional(raw, "license", "", str, "a string such as apache-2.0"),
         description=_optional(raw, "description", "", str, "a string"),
+        export=_parse_export(_section(raw, "export", required=False)),
         base_dir=base_dir,
     )
     _check_bounds(recipe)
@@ -430,6 +440,14 @@ def _endpoints(value: Any) -> tuple[str, ...]:
             "server.endpoints", list(items), "expected each URL once (in-flight limits are per URL)"
         )
     return urls
+
+
+def _parse_export(raw: Mapping[str, Any]) -> ExportConfig:
+    _check_keys("export.", raw, frozenset(ExportConfig.__dataclass_fields__))
+    sizes = _get(raw, "draft_vocab_sizes", "export.", list, "a list of integers >= 1", [])
+    if not all(_is_int(size) and size >= 1 for size in sizes) or len(set(sizes)) != len(sizes):
+        raise RecipeError("export.draft_vocab_sizes", sizes, "expected distinct integers >= 1, e.g. [32000]")
+    return ExportConfig(draft_vocab_sizes=tuple(sorted(sizes)))
 
 
 def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
@@ -597,9 +615,10 @@ def _choice(raw: Mapping[str, Any], key: str, prefix: str, allowed: Sequence[Any
 
 
 _TOP_KEYS = frozenset(
-    {"name", "prompts", "model", "server", "sampling", "turns", "on_truncation", "license", "description"}
-)
-_SECTIONS = frozenset({"prompts", "model", "server", "sampling"})
+    {"name", "prompts", "model", "server", "sampling", "turns", "on_truncation", "license", "description",
+     "export"}
+)  # fmt: skip
+_SECTIONS = frozenset({"prompts", "model", "server", "sampling", "export"})
 _PROMPTS_KEYS = frozenset(PromptsConfig.__dataclass_fields__)
 _MODEL_KEYS = frozenset(ModelConfig.__dataclass_fields__)
 _SERVER_KEYS = frozenset(ServerConfig.__dataclass_fields__)
@@ -630,7 +649,15 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
             "seed": sampling.seed,
         },
         "on_truncation": recipe.on_truncation,
+        **_export_dict(recipe.export),
     }
+
+
+def _export_dict(export: ExportConfig) -> dict[str, Any]:
+    """The ``export`` section, only when it is set (recipes without one publish as before)."""
+    return (
+        {"export": {"draft_vocab_sizes": list(export.draft_vocab_sizes)}} if export.draft_vocab_sizes else {}
+    )
 
 
 def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:

@@ -193,8 +193,8 @@ def test_section_shows_how_it_was_made_counts_and_how_to_use_it() -> None:
     assert "turns: `last`" in text and "1 file(s) uploaded beside the recipe" in text
     assert "![Length distribution of config alpha](recipes/alpha.lengths.svg)" in text
     assert 'load_dataset("alice/set", "alpha", revision="v1", split="train")' in text
-    assert 'select_columns(["input_ids", "loss_mask"]).to_json("alpha.jsonl")' in text
-    assert "data.prompts_path=alpha.jsonl" in text and "--data alpha.jsonl" in text
+    assert "--data hf:alice/set:alpha:train" in text and "--no-skip-token-freq" in text
+    assert "data.prompts_path=./export/alpha.jsonl" in text and "model.vocab_mapping_path=" in text
     assert "eagle3-raw reproduce alice/set@v1 --config alpha --reference-server\n" in text
     assert "the recipe is greedy (temperature 0)" in text
 

@@ -305,7 +305,7 @@ def test_hub_prompt_source_is_listed_in_source_datasets_and_not_uploaded(
     assert meta["source_datasets"] == ["alice/prompts"]
     assert "`alice/prompts` (Hub dataset, split `train`, revision `main`)" in body
     files = emulator.files(REPO, "v1")
-    assert not any(path.startswith("recipes/haiku/") for path in files)
+    assert not any(path.startswith("recipes/haiku/prompts/") for path in files)
     assert yaml.safe_load(files["recipes/haiku.yaml"])["prompts"]["source"] == "alice/prompts"
     assert orjson.loads(files["recipes/haiku.manifest.json"])["prompt_source"] == "hub"
 

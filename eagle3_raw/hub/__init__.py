@@ -13,7 +13,8 @@
 5. one commit with ``recipes/<name>.yaml`` (the resolved recipe, secrets scrubbed, a local prompt
    source uploaded beside it under ``recipes/<name>/prompts/`` and pointed at relatively, which
    keeps the fingerprint: checked before anything is uploaded), ``recipes/<name>.manifest.json``
-   (:func:`build_manifest`) and ``recipes/<name>.lengths.svg``;
+   (:func:`build_manifest`), ``recipes/<name>.lengths.svg`` and the draft-vocabulary files under
+   ``recipes/<name>/vocab/`` (:mod:`eagle3_raw.export.published`);
 6. the card: the README that step 4 wrote, merged (:mod:`eagle3_raw.card`);
 7. the tag, on the card's commit. An existing tag is never moved.
 

@@ -7,6 +7,7 @@ Layout in the dataset repo, per config ``<name>``::
     recipes/<name>/chat_template/<its name>  a local chat template override
     recipes/<name>.manifest.json             :func:`eagle3_raw.hub.build_manifest`
     recipes/<name>.lengths.svg               the length histograms
+    recipes/<name>/vocab/...                 token frequencies, d2t/t2d (:mod:`eagle3_raw.export.published`)
 
 The published recipe points at its files relatively, so it loads from a download of the repo with
 the same fingerprint; :func:`publish_recipe` checks that before anything is uploaded.

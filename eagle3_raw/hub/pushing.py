@@ -19,6 +19,7 @@ import orjson
 from eagle3_raw import card as cards
 from eagle3_raw.builder import Built, build
 from eagle3_raw.errors import HubError
+from eagle3_raw.export.published import publish_vocab
 from eagle3_raw.hub.client import (
     check_ref_name,
     check_repo_id,
@@ -168,12 +169,15 @@ def publish(
     if built.partial and missing is None:
         missing = "some shards had not finished"
     manifest = build_manifest(recipe, published, scan, built.journal_dir, partial=missing)
-    payloads = _recipe_payloads(published, manifest, scan)
+    vocab = publish_vocab(recipe, built.dataset)
+    payloads = {**_recipe_payloads(published, manifest, scan), **vocab.files}
     check_no_secrets(payloads, upload_secrets(token, recipe))
     example = _example(recipe, built.dataset)  # before any upload: no half-published config
     _push_data(built.dataset, recipe, repo_id, token=token, revision=revision, private=private)
     recipe_commit = _push_recipe(api, repo_id, recipe.name, payloads, revision)
-    section = cards.CardSection(repo_id, recipe.name, tag or recipe_commit, published.data, manifest, example)
+    section = cards.CardSection(
+        repo_id, recipe.name, tag or recipe_commit, published.data, manifest, example, vocab.summary
+    )
     commit, warnings = _write_card(api, repo_id, section, revision, upload_secrets(token, recipe))
     if tag is not None:
         _create_tag(api, repo_id, tag, commit)
