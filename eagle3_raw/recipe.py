@@ -468,20 +468,9 @@ def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
         raise RecipeError("sampling.min_new_tokens", minimum, allowed)
     return SamplingConfig(
         params=params,
-        samples_per_prompt=_samples_per_prompt(raw),
+        samples_per_prompt=_get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1),
         seed=_get_int(raw, "seed", "sampling.", 0, minimum=0),
     )
-
-
-MAX_SAMPLES_PER_PROMPT = 4095
-"""Rows of one prompt (the journal packs a row's turn and sample into 12 bits each)."""
-
-
-def _samples_per_prompt(raw: Mapping[str, Any]) -> int:
-    value = _get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1)
-    if value > MAX_SAMPLES_PER_PROMPT:
-        raise RecipeError("sampling.samples_per_prompt", value, f"expected at most {MAX_SAMPLES_PER_PROMPT}")
-    return value
 
 
 def _check_sampling_key(key: str) -> None:

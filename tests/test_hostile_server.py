@@ -262,7 +262,7 @@ def test_bad_server_data_is_never_journaled_and_the_set_still_builds(tmp_path: P
         built = build(str(recipe), cache_dir=tmp_path / "cache", run_options=options)
     ids = sorted(built.dataset["source_id"])
     assert ids == ["p000", "p002", "p003", "p005"]
-    with Journal.read(built.journal_dir) as journal:
+    with Journal.read_dir(built.journal_dir) as journal:
         failures = {f["id"].split(":")[0]: f["reason"] for f in journal.failures()}
     assert set(failures) == {"p001", "p004"}
     assert all("meta_info cached_tokens is 'lots'" in reason for reason in failures.values())
@@ -390,7 +390,7 @@ def test_a_bad_answer_is_retried_then_recorded_as_failed_never_a_row(tmp_path: P
     assert sorted(built.dataset["source_id"]) == ["p000", "p002"]
     attempts = [r for r in hostile.requests if r.path == "/generate" and b'"rid":"p001' in r.body]
     assert len(attempts) == 3  # the first try and max_retries more
-    with Journal.read(built.journal_dir) as journal:
+    with Journal.read_dir(built.journal_dir) as journal:
         (failure,) = journal.failures()
     assert failure["kind"] == "failed" and "3 attempts failed" in failure["reason"]
     assert reason in failure["reason"], failure["reason"]
