@@ -1,9 +1,11 @@
 """The checks before any data is generated, and when an endpoint comes back.
 
 Every endpoint's identity is read and must be the run's target (:mod:`eagle3_raw.target`): the
-same model, and limits no tighter than the ones the requests are fitted to. A server started with
-``--preferred-sampling-params`` that would fill in a key the recipe leaves out is refused. The
-server's tokenizer must agree with the recipe's on a probe text (when the server can tokenize).
+same model, the same rendering facts when it renders the prompts, and limits no tighter than the
+ones the requests are fitted to. A server started with ``--preferred-sampling-params`` that would
+fill in a key the recipe leaves out is refused. The server's tokenizer must agree with the recipe's
+on a probe text (when the server can tokenize), and prompts rendered here must be the server's own
+on real conversations from the source (when the server can render: :meth:`ServerChecks.check_rendering`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 from eagle3_raw import sglang
 from eagle3_raw.errors import RetryableError, RowError, ServerMismatch, ServerUnreachable
 from eagle3_raw.recipe import MANAGED_SAMPLING_KEYS
+from eagle3_raw.render import generation_points
 from eagle3_raw.target import target_of
 
 if TYPE_CHECKING:
     import aiohttp
 
     from eagle3_raw.identity import Target
+    from eagle3_raw.prompts import Conversation
     from eagle3_raw.recipe import Recipe
     from eagle3_raw.render import Renderer
 
@@ -71,6 +75,11 @@ class ServerChecks:
         """ServerMismatch unless ``identity`` serves the target within its limits, and its preferred
         sampling params change nothing the recipe sends."""
         served = target_of([identity])
+        if self.target.render == "server" and dict(served.renderer) != dict(self.target.renderer):
+            raise ServerMismatch(
+                f"{identity.url} renders chat requests with {dict(served.renderer)}, but this set's prompts "
+                f"come from a server rendering with {dict(self.target.renderer)}"
+            )
         if dict(served.model) != dict(self.target.model):
             raise ServerMismatch(
                 f"{identity.url} serves {served.describe()}, but this set's rows come from "
@@ -134,6 +143,41 @@ class ServerChecks:
             except RowError as exc:
                 raise ServerMismatch(_untestable_tokenizer(url, exc)) from exc
 
+    async def check_rendering(self, url: str, conversations: Sequence[Conversation]) -> None:
+        """ServerMismatch, naming the row, the position and both sides' tokens there, unless every
+        prompt of ``conversations`` renders here exactly as the server's chat path renders it.
+
+        Nothing to compare (a warning) when the server cannot render chat requests."""
+        from eagle3_raw.target import cannot_render
+
+        identity = await sglang.server_identity(self.session, url, self.recipe.server.connect_timeout)
+        why = await cannot_render(self.session, identity, self.recipe.server.connect_timeout)
+        if why:
+            log.warning("prompts render here and cannot be checked against %s (%s)", url, why)
+            return
+        for conv in conversations:
+            for turn in generation_points(conv.messages, self.recipe.turns)[:3]:
+                await self._compare_render(url, conv, turn)
+
+    async def _compare_render(self, url: str, conv: Conversation, turn: int) -> None:
+        from eagle3_raw.errors import PromptFormatError, RequestRejected
+
+        try:
+            ours: list[int] | str = self.renderer.prompt_ids(conv, turn)
+        except PromptFormatError as exc:
+            ours = f"refused ({exc})"
+        body = self.renderer.chat_request(conv, turn)
+        try:
+            theirs: list[int] | str = await sglang.tokenize_chat(
+                self.session, url, body, self.recipe.server.request_timeout
+            )
+        except RequestRejected as exc:
+            theirs = f"refused ({exc})"
+        if isinstance(ours, str) and isinstance(theirs, str):
+            return  # both refuse it: the row is skipped either way
+        if ours != theirs:
+            raise ServerMismatch(_render_mismatch(self.renderer, url, conv, turn, ours, theirs))
+
     async def readmit(self, url: str) -> bool:
         """Whether an endpoint that was out may take requests: it answers ``/health`` and is the
         run's target (model, weights, SGLang version, limits, tokenizer), checked every time."""
@@ -191,6 +235,57 @@ def _untestable_tokenizer(url: str, exc: Exception) -> str:
     return (
         f"cannot check that {url} tokenizes like the recipe's tokenizer: /tokenize failed ({exc}); "
         "without that check every row could be tokenized for another model. Fix the server and run again"
+    )
+
+
+def sample_conversations(recipe: Recipe, *, scan: int = 200, most: int = 12) -> list[Conversation]:
+    """Real conversations from the start of the source to check rendering on: those with tools,
+    those with several assistant turns, those with reasoning, then the first others."""
+    import itertools
+
+    from eagle3_raw.prompts import Conversation as Conv
+    from eagle3_raw.prompts import iter_conversations
+
+    rows = [c for c in itertools.islice(iter_conversations(recipe), scan) if isinstance(c, Conv)]
+
+    def kinds(c: Conversation) -> tuple[bool, bool, bool]:
+        assistants = [m for m in c.messages if m["role"] == "assistant"]
+        return (bool(c.tools), len(assistants) > 1, any("reasoning_content" in m for m in assistants))
+
+    chosen: list[Conversation] = []
+    for position in range(3):
+        chosen += [c for c in rows if kinds(c)[position] and c not in chosen][:4]
+    chosen += [c for c in rows if c not in chosen][: max(0, most - len(chosen))]
+    return chosen[:most]
+
+
+def _render_mismatch(
+    renderer: Renderer,
+    url: str,
+    conv: Conversation,
+    turn: int,
+    ours: list[int] | str,
+    theirs: list[int] | str,
+) -> str:
+    head = (
+        f"prompts rendered here differ from the server's chat path at {url} on row {conv.source_id!r} "
+        f"turn {turn}: "
+    )
+    if isinstance(ours, str) or isinstance(theirs, str):
+        here = ours if isinstance(ours, str) else "rendered"
+        return head + f"here {here}, the server {theirs if isinstance(theirs, str) else 'rendered'}"
+    at = next(
+        (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs))
+    )
+    decode = renderer.tokenizer.decode
+
+    def around(ids: list[int]) -> str:
+        return repr(decode(ids[max(0, at - 8) : at])) + " | " + repr(decode(ids[at : at + 8]))
+
+    return head + (
+        f"first difference at token {at} (of {len(ours)} here, {len(theirs)} there): here {around(ours)}; "
+        f"the server {around(theirs)}. The rows would not be the prompts the deployed server feeds the "
+        "model: render them on the server (model.render: server), or fix the tokenizer or template"
     )
 
 

@@ -5,6 +5,10 @@ journaled at once, a :class:`~eagle3_raw.plan.Skip` recorded, a :class:`~eagle3_
 sent to the least-loaded healthy endpoint (its conversation's earlier endpoint when it has room,
 so the prefix cache hits) and retried on transient errors until the budget is spent. Every
 attempt has its own rid; a timed-out one is aborted on the server.
+
+A :class:`~eagle3_raw.plan.Pending` generation point is rendered by the server's chat path first
+(``/tokenize`` with ``messages``; at most :data:`RENDERS_IN_FLIGHT` at a time, taking no generation
+slot), then its rows go on like planned ones, the samples side by side.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from eagle3_raw.checks import backoff
 from eagle3_raw.errors import (
     ConnectError,
     GenerationAborted,
+    RequestRejected,
     RequestTimeout,
     RetriesExhausted,
     RetryableError,
@@ -29,7 +34,8 @@ from eagle3_raw.errors import (
     ServerBusy,
     ServerUnreachable,
 )
-from eagle3_raw.plan import Job, Reuse, Skip
+from eagle3_raw.plan import Job, Pending, Planned, Reuse, Skip
+from eagle3_raw.rows import row_id
 
 if TYPE_CHECKING:
     import aiohttp
@@ -37,12 +43,17 @@ if TYPE_CHECKING:
     from eagle3_raw.endpoints import Endpoint, EndpointPool
     from eagle3_raw.feed import JobFeed
     from eagle3_raw.journal import Journal
+    from eagle3_raw.plan import Planner
     from eagle3_raw.progress import RunStats
     from eagle3_raw.recipe import Recipe
+    from eagle3_raw.render import Renderer
 
 log = logging.getLogger("eagle3_raw")
 
 _ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
+
+RENDERS_IN_FLIGHT = 32
+"""Prompts the server's chat path renders at once for one run (its tokenizer process does the work)."""
 
 
 class Dispatcher:
@@ -51,6 +62,7 @@ class Dispatcher:
     def __init__(
         self, recipe: Recipe, session: aiohttp.ClientSession | None, pool: EndpointPool | None,
         journal: Journal, stats: RunStats, *, vocab_size: int, stop: threading.Event,
+        planner: Planner | None = None, renderer: Renderer | None = None,
     ) -> None:  # fmt: skip
         self.recipe = recipe
         self.session = session
@@ -64,16 +76,74 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._rid_prefix = uuid.uuid4().hex[:8]  # unique per run; the counter, per attempt
         self._rid_counter = itertools.count()
+        self.planner = planner
+        self.renderer = renderer
+        self._renders = asyncio.Semaphore(RENDERS_IN_FLIGHT)
+        self._siblings: set[asyncio.Task[None]] = set()
 
     async def work(self, feed: JobFeed) -> None:
         """One worker: items from ``feed`` until the plan is exhausted."""
         while (item := await feed.next()) is not None:
-            if isinstance(item, Skip):
-                self.record_skip(item)
-            elif isinstance(item, Reuse):
-                self.reuse(item)
-            else:
-                await self.process(item)
+            await self.handle(item)
+
+    async def handle(self, item: Planned) -> None:
+        if isinstance(item, Skip):
+            self.record_skip(item)
+        elif isinstance(item, Reuse):
+            self.reuse(item)
+        elif isinstance(item, Pending):
+            await self._rendered(item)
+        else:
+            await self.process(item)
+
+    async def _rendered(self, pending: Pending) -> None:
+        """Render ``pending`` by the server, then its rows: the first here, its siblings beside it."""
+        items = await self._render(pending)
+        for item in items[1:]:
+            task = asyncio.get_running_loop().create_task(self.handle(item))
+            self._siblings.add(task)
+            task.add_done_callback(self._siblings.discard)
+        if items:
+            await self.handle(items[0])
+
+    async def _render(self, pending: Pending) -> list[Planned]:
+        assert self.planner is not None and self.renderer is not None and self.session is not None
+        body = self.renderer.chat_request(pending.conv, pending.turn)
+        last: RetryableError | None = None
+        for attempt in range(self.recipe.server.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff(attempt))
+            try:
+                async with self._renders:
+                    ids = await sglang.tokenize_chat(self.session, self._render_url(pending), body,
+                                                     self.recipe.server.request_timeout)  # fmt: skip
+                return self.planner.resolve(pending, ids)
+            except RequestRejected as exc:  # the chat path refuses this conversation: its rows are skipped
+                return self.planner.refuse(pending, str(exc))
+            except RetryableError as exc:
+                if self.stop.is_set():
+                    return []
+                last = exc
+        reason = f"rendering the prompt failed {self.recipe.server.max_retries + 1} times; last: {last}"
+        return [
+            Skip.from_error(
+                key, RetriesExhausted(reason, row_id=row_id(pending.conv.source_id, key.turn, key.sample))
+            )
+            for key, _ in pending.keys
+        ]
+
+    def _render_url(self, pending: Pending) -> str:
+        assert self.pool is not None
+        endpoint = self.pool.pick(self.affinity.get(pending.conv.index))
+        if endpoint is None:
+            raise ConnectError("no endpoint is up to render the prompt")
+        self._remember_endpoint(pending.conv.index, endpoint)  # its generations follow: prefix cache
+        return endpoint.url
+
+    async def drain(self) -> None:
+        """Wait for the rows of rendered prompts still running beside the workers (their errors raised)."""
+        while self._siblings:
+            await asyncio.gather(*list(self._siblings))
 
     def reuse(self, item: Reuse) -> None:
         row = {"source_id": item.source_id, "sampling_seed": item.sampling_seed, "attempts": 0}

@@ -75,6 +75,14 @@ class EndpointPool:
                     return chosen
                 await self._wait()
 
+    def pick(self, preferred: Endpoint | None = None) -> Endpoint | None:
+        """A healthy endpoint for a request that takes no generation slot (rendering a prompt):
+        ``preferred`` when healthy, else the one with the most room; None when all are down."""
+        if preferred is not None and preferred.healthy:
+            return preferred
+        healthy = [e for e in self.endpoints if e.healthy]
+        return max(healthy, key=lambda e: (e.room, -e.in_flight)) if healthy else None
+
     def _choose(self, preferred: Endpoint | None) -> Endpoint | None:
         if preferred is not None and preferred.room > 0:
             return preferred

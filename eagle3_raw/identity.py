@@ -58,17 +58,32 @@ class Target:
     model: Mapping[str, str]
     token_budget: int | None = None
     input_limit: int | None = None
+    render: str = "server"
+    """Who renders the prompts: ``server`` (its chat path, ``/tokenize`` with messages) or ``local``."""
+    renderer: Mapping[str, Any] = field(default_factory=dict)
+    """With ``render: server``: what the server says decides its rendering beyond the model
+    (``/server_info``'s tokenizer path, ``--chat-template``, revision, tokenizer mode)."""
     origin: str = field(default="server", compare=False)
     """How it was found: ``server`` (asked), ``reference`` (a launched reference server, computed),
     ``journal`` (recorded by a complete set, with no server answering)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": dict(self.model), "token_budget": self.token_budget, "input_limit": self.input_limit}
+        return {
+            "model": dict(self.model), "token_budget": self.token_budget, "input_limit": self.input_limit,
+            "render": self.render, "renderer": dict(self.renderer),
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], origin: str = "journal") -> Target:
         model = {key: str(data["model"].get(key, "")) for key in TARGET_KEYS}
-        return cls(model, data.get("token_budget"), data.get("input_limit"), origin)
+        render, renderer = str(data.get("render", "server")), dict(data.get("renderer") or {})
+        return cls(model, data.get("token_budget"), data.get("input_limit"), render, renderer, origin)
+
+    def with_render(self, render: str, renderer: Mapping[str, Any] | None = None) -> Target:
+        """This target with prompts rendered by ``render`` (``server`` or ``local``)."""
+        import dataclasses
+
+        return dataclasses.replace(self, render=render, renderer=dict(renderer or {}))
 
     @functools.cached_property
     def model_digest(self) -> bytes:
@@ -78,15 +93,16 @@ class Target:
     @functools.cached_property
     def id(self) -> str:
         """16 hex digits for the model and its limits (names the journal's generation folder by model)."""
-        limits = _canonical([self.token_budget, self.input_limit])
-        return _sha(b"eagle3_raw/target-limits/1", self.model_digest, limits).hex()
+        shape = _canonical([self.token_budget, self.input_limit, self.render, dict(self.renderer)])
+        return _sha(b"eagle3_raw/target-limits/1", self.model_digest, shape).hex()
 
     def describe(self) -> str:
         """One line for messages: the served model, its weights, the SGLang version and limits."""
         m = self.model
         return (
             f"{m.get('served_model_name') or m.get('model_path')} (weights {m.get('weight_version')}, "
-            f"SGLang {m.get('version')}, context {self.token_budget}, longest prompt {self.input_limit})"
+            f"SGLang {m.get('version')}, context {self.token_budget}, longest prompt {self.input_limit}, "
+            f"prompts rendered {'by the server' if self.render == 'server' else 'here'})"
         )
 
 

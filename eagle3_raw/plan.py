@@ -11,6 +11,10 @@ For each row (a conversation's generation point and a sample) it decides, cheape
    :class:`Reuse`, remembering the input key for next time;
 4. otherwise a :class:`Job` to send, or a :class:`Skip` (a prompt too long for the server).
 
+Rendering happens here (in the planner's thread) when the prompts render locally; when the server
+renders them, step 3 waits: the planner hands out a :class:`Pending` generation point, a worker
+asks the server's chat path for its prompt, and :meth:`Planner.resolve` finishes the decision.
+
 It runs in a worker thread, ahead of the requests; samples of one prompt and turns of one
 conversation come out together, so they are sent close together and the server's prefix cache hits.
 """
@@ -118,7 +122,21 @@ class Skip:
         return cls(key, error.row_id, error.kind, error.reason)
 
 
-Planned = Job | Reuse | Skip
+@dataclass(frozen=True)
+class Pending:
+    """The rows of one generation point whose prompt the server's chat path renders first
+    (``keys``: each row's key and input key, in order)."""
+
+    conv: Conversation
+    turn: int
+    keys: tuple[tuple[RowKey, bytes], ...]
+
+    @property
+    def key(self) -> RowKey:
+        return self.keys[0][0]
+
+
+Planned = Job | Reuse | Skip | Pending
 
 
 @dataclass(frozen=True)
@@ -164,8 +182,10 @@ class Planner:
         self, recipe: Recipe, renderer: Renderer, target: Target, *, shard: Shard, exclude: KeySet,
         index: GenerationIndex,
     ) -> None:  # fmt: skip
+        """``target.render`` decides who renders: ``local`` here, ``server`` through :class:`Pending`."""
         self.recipe = recipe
         self.renderer = renderer
+        self.render_here = target.render == "local"
         self.target = target
         self.shard = shard
         self.exclude = exclude
@@ -203,18 +223,33 @@ class Planner:
                 planned[key] = Reuse(key, conv.source_id, self._seed(conv, key), found)
             else:
                 pending[key] = memo_key
-        if pending:
+        for key in [k for k in pending if k.turn > MAX_TURN]:
+            reason = f"message {key.turn} is past the last position a row can start at ({MAX_TURN})"
+            planned[key] = Skip.from_error(key, PromptFormatError(reason, row_id=self._id(conv, key)))
+            del pending[key]
+        if pending and self.render_here:
             planned.update(self._rendered(conv, pending))
+        elif pending:
+            planned.update(_pending_points(conv, pending))
         for key in sorted(planned):
             yield planned[key]
 
+    def resolve(self, pending: Pending, prompt_ids: list[int]) -> list[Planned]:
+        """The rows of ``pending`` once the server rendered its prompt (``prompt_ids``)."""
+        return [self._job_or_reuse(pending.conv, key, prompt_ids, memo) for key, memo in pending.keys]
+
+    def refuse(self, pending: Pending, reason: str) -> list[Planned]:
+        """The rows of ``pending`` skipped: the server's chat path refused the prompt (``reason``)."""
+        conv = pending.conv
+        message = f"row {conv.source_id!r} turn {pending.turn}: the server's chat path refused it ({reason})"
+        return [
+            Skip.from_error(key, PromptFormatError(message, row_id=self._id(conv, key)))
+            for key, _ in pending.keys
+        ]
+
     def _rendered(self, conv: Conversation, pending: dict[RowKey, bytes]) -> Iterator[tuple[RowKey, Planned]]:
-        too_deep = {k for k in pending if k.turn > MAX_TURN}
-        for key in sorted(too_deep):
-            reason = f"message {key.turn} is past the last position a row can start at ({MAX_TURN})"
-            yield key, Skip.from_error(key, PromptFormatError(reason, row_id=self._id(conv, key)))
         try:
-            turns = self.renderer.render(conv, only={k.turn for k in pending if k not in too_deep})
+            turns = self.renderer.render(conv, only={k.turn for k in pending})
         except PromptFormatError as exc:
             whole = RowKey(conv.index, WHOLE_ROW, WHOLE_ROW)
             yield whole, Skip.from_error(whole, exc)
@@ -246,6 +281,15 @@ class Planner:
         params = self.recipe.sampling.request_params()
         params["sampling_seed"] = self._seed(conv, key)
         return fit_max_new_tokens(params, prompt_len, self.limits.context_length)
+
+
+def _pending_points(conv: Conversation, pending: dict[RowKey, bytes]) -> Iterator[tuple[RowKey, Planned]]:
+    """One :class:`Pending` per generation point, placed at its first row."""
+    turns: dict[int, list[tuple[RowKey, bytes]]] = {}
+    for key in sorted(pending):
+        turns.setdefault(key.turn, []).append((key, pending[key]))
+    for turn, keys in turns.items():
+        yield keys[0][0], Pending(conv, turn, tuple(keys))
 
 
 def _too_long(prompt_len: int, limits: Limits) -> str:

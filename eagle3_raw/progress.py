@@ -61,13 +61,13 @@ class RunStats:
         """Rows with an outcome (journaled, reused, failed or skipped), replayed ones included."""
         return self.replayed + self.reused + self.rows + self.failed + self.skipped
 
-    def note_planned(self, source_index: int) -> None:
-        """The planner queued a row of source row ``source_index`` (called in canonical order)."""
+    def note_planned(self, source_index: int, rows: int = 1) -> None:
+        """The planner queued ``rows`` rows of source row ``source_index`` (called in canonical order)."""
         if source_index != self._current_index:
             if self._first_index is None:
                 self._first_index = source_index
             self._settled, self._current_index = self.queued, source_index
-        self.queued += 1
+        self.queued += rows
 
     def total(self) -> tuple[int | None, bool]:
         """(rows this build will have an outcome for, whether that is exact): exact once planning

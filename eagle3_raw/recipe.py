@@ -9,6 +9,7 @@ does the ``export`` section (the draft vocabulary sizes a push publishes files f
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import functools
@@ -32,6 +33,7 @@ REFERENCE_TOKENIZER = "reference"
 
 PromptFormat = Literal["auto", "sharegpt", "openai", "prompt"]
 Turns = Literal["last", "all"]
+Render = Literal["auto", "server", "local"]
 OnTruncation = Literal["keep", "drop"]
 
 #: SGLang 0.5.23 ``SamplingParams`` defaults (``sglang/api/v1/api_types.py``). Keys listed here are
@@ -112,13 +114,22 @@ class PromptsConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The tokenizer and chat template the prompts are rendered with."""
+    """The tokenizer and chat template, and who renders the prompts (the server's chat path, or
+    the same path run here: :mod:`eagle3_raw.chatpath`)."""
 
     tokenizer: str = REFERENCE_TOKENIZER
     revision: str | None = None
     trust_remote_code: bool = False
     chat_template: str | None = None
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    reasoning_effort: str | None = None
+    """Sent with every chat request, as a chat client would (``low``, ``medium``, ``high``, ``none``)."""
+    render: Render = "auto"
+    """``server``: the server's ``/tokenize`` renders every prompt; ``local``: rendered here, checked
+    against the server on real conversations when it can render; ``auto``: the server when it can."""
+    render_date: str | None = None
+    """``YYYY-MM-DD`` a date-printing template (``strftime_now``) renders with, so a rebuild on
+    another day renders the same prompt; such templates are refused without it."""
 
 
 @dataclass(frozen=True)
@@ -396,7 +407,23 @@ def _parse_model(raw: Mapping[str, Any]) -> ModelConfig:
         trust_remote_code=_get(raw, "trust_remote_code", "model.", bool, "true or false", False),
         chat_template=_optional(raw, "chat_template", "model.", str, "a path to a Jinja template file"),
         chat_template_kwargs=dict(kwargs),
+        reasoning_effort=_optional(raw, "reasoning_effort", "model.", str, "low, medium, high or none"),
+        render=_choice(raw, "render", "model.", ("auto", "server", "local"), "auto"),
+        render_date=_render_date(raw.get("render_date")),
     )
+
+
+def _render_date(value: Any) -> str | None:
+    import datetime
+
+    if value is None:
+        return None
+    if isinstance(value, datetime.date):  # YAML reads 2026-12-01 as a date
+        return value.isoformat()
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        with contextlib.suppress(ValueError):
+            return datetime.date.fromisoformat(value).isoformat()
+    raise RecipeError("model.render_date", value, "expected a date YYYY-MM-DD")
 
 
 def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
@@ -742,6 +769,8 @@ def _model_identity(recipe: Recipe) -> dict[str, Any]:
         ),
         "chat_template": _template_digest(recipe) if m.chat_template else None,
         "chat_template_kwargs": dict(m.chat_template_kwargs),
+        "reasoning_effort": m.reasoning_effort,
+        "render_date": m.render_date,
     }
 
 

@@ -1,28 +1,28 @@
-"""Rendering: conversations -> prompt token ids, with the model's own chat template.
+"""Rendering: conversations -> prompt token ids, as the deployed server's chat API would make them.
 
-Each generation point of a conversation becomes one :class:`PromptTurn`: the messages before it are
-rendered by ``tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=True,
-tokenize=False, **model.chat_template_kwargs)`` and the text is encoded with
-``add_special_tokens=False``. That is exactly what ``apply_chat_template(..., tokenize=True)`` does in
-transformers 5 (and what SGLang's chat endpoint sends): the template is the whole prompt.
-
-BOS rule: the template alone decides. A template that writes ``{{ bos_token }}`` gets one BOS; the
-tokenizer's post-processor never adds another, and never adds one the template left out.
+A prompt is what SGLang's chat path makes of a chat request (``sglang-protocol.md`` §14): the
+conversation before a generation point, as a chat client would send it (messages with their content
+parts, names and tool calls, the row's tools, ``model.chat_template_kwargs`` and
+``model.reasoning_effort``). The server renders it (``/tokenize`` with ``messages``: the default
+wherever the server can), or :class:`Renderer` runs the same path here (:mod:`eagle3_raw.chatpath`:
+SGLang 0.5.23's normalization, template call and encoding, tested against SGLang's own code) for
+servers that cannot render, checked against the server on real conversations when it can.
 
 Generation points (``turns``): ``last`` is the final assistant message when the conversation ends
 with one (its prompt is the messages before it), else the end of the conversation. ``all`` is every
 assistant message, plus the end when the conversation does not end with an assistant message.
 ``PromptTurn.turn`` is the point's index in the message list. A point with no message before it is
-not a generation point; whether any other history is acceptable (no user message, an assistant
-message last) is the template's call: when it raises, the conversation is a
-:class:`~eagle3_raw.errors.PromptFormatError`.
+not a generation point; whether any other history is acceptable is the chat path's call: when it
+refuses, the conversation is a :class:`~eagle3_raw.errors.PromptFormatError`.
+
+Templates that print today's date (``strftime_now``) are refused unless ``model.render_date`` pins
+the date they print; they then render here with that date, so a rebuild renders the same prompt.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +38,6 @@ if TYPE_CHECKING:
     import jinja2
     from transformers import PreTrainedTokenizerBase
 
-_TEMPLATE_FAILURES: tuple[type[Exception], ...] = (
-    TypeError,
-    ValueError,
-    KeyError,
-    IndexError,
-    AttributeError,
-)
-
 
 @dataclass(frozen=True)
 class PromptTurn:
@@ -58,13 +50,14 @@ class PromptTurn:
 
 
 class Renderer:
-    """Renders conversations with the recipe's tokenizer and chat template.
+    """Renders conversations as SGLang's chat path does, with the recipe's tokenizer and template.
 
-    Loading raises :class:`RecipeError` (on ``model.tokenizer``, ``model.chat_template`` or
-    ``model.chat_template_kwargs``) when the tokenizer cannot be loaded, the template override
-    cannot be read, no chat template is available, the template has a Jinja syntax error (every
-    row would fail), or a keyword collides with ``apply_chat_template``'s own arguments or is one
-    the template never reads (a typo would silently give the template's default).
+    Loading raises :class:`RecipeError` (on ``model.tokenizer``, ``model.chat_template``,
+    ``model.chat_template_kwargs`` or ``model.render_date``) when the tokenizer cannot be loaded, the
+    template override cannot be read, no chat template is available, the template has a Jinja syntax
+    error (every row would fail), a keyword collides with what the chat path passes itself or is one
+    the template never reads (a typo would silently give the template's default), or the template
+    prints today's date and no ``render_date`` pins it.
     """
 
     def __init__(self, recipe: Recipe) -> None:
@@ -78,11 +71,14 @@ class Renderer:
             raise RecipeError("model.chat_template", None, "the tokenizer has no chat template; give a file")
         where = recipe.model.chat_template or f"the chat template of {recipe.model.tokenizer}"
         read = template_variables(self._tokenizer.chat_template, where)
+        from eagle3_raw.chatpath import resolve_template
         from eagle3_raw.template_limits import guard_templates
 
         guard_templates(self._tokenizer.chat_template)  # a stranger's template renders within bounds
-        self._kwargs = checked_kwargs(self._tokenizer, recipe.model.chat_template_kwargs)
+        self._template = resolve_template(self._tokenizer)
+        self._kwargs = checked_kwargs(recipe.model.chat_template_kwargs)
         check_kwargs_are_read(read, self._kwargs, ignore=self._tokenizer.special_tokens_map)
+        self._date = check_date(self._template, recipe.model.render_date)
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -93,6 +89,11 @@ class Renderer:
     def vocab_size(self) -> int:
         """Every id the tokenizer knows, added tokens included (``len(tokenizer)``)."""
         return len(self._tokenizer)
+
+    @property
+    def prints_date(self) -> bool:
+        """Whether the template prints today's date (then rendered here, with ``render_date``)."""
+        return self._date is not None
 
     @functools.cached_property
     def eos_token_ids(self) -> frozenset[int]:
@@ -105,7 +106,7 @@ class Renderer:
     def render(self, conv: Conversation, only: Container[int] | None = None) -> list[PromptTurn]:
         """One :class:`PromptTurn` per generation point (those in ``only``, if given), in message order.
 
-        Raises :class:`PromptFormatError` when the template refuses the conversation or it has no
+        Raises :class:`PromptFormatError` when the chat path refuses the conversation or it has no
         generation point (a single assistant message).
         """
         points = generation_points(conv.messages, self._turns)
@@ -113,39 +114,40 @@ class Renderer:
             message = f"row {conv.source_id!r}: nothing to generate (no message before the assistant turn)"
             raise PromptFormatError(message, row_id=conv.source_id, index=conv.index)
         wanted = [p for p in points if only is None or p in only]
-        return [PromptTurn(conv.index, conv.source_id, p, self._prompt_ids(conv, p)) for p in wanted]
+        return [PromptTurn(conv.index, conv.source_id, p, self.prompt_ids(conv, p)) for p in wanted]
 
-    def prompt_text(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
-    ) -> str:
-        """The chat template's rendering of ``messages`` followed by the generation prompt."""
-        text = self._tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tools=[dict(t) for t in tools] if tools else None,
-            add_generation_prompt=True,
-            tokenize=False,
-            **self._kwargs,
-        )
-        return str(text)
+    def chat_request(self, conv: Conversation, turn: int) -> dict[str, Any]:
+        """The ``/tokenize`` body of generation point ``turn``: the chat request a client would send
+        (``messages``, and ``tools``, ``chat_template_kwargs``, ``reasoning_effort`` when set)."""
+        body: dict[str, Any] = {"messages": [dict(m) for m in conv.messages[:turn]]}
+        if conv.tools:
+            body["tools"] = [dict(t) for t in conv.tools]
+        if self._kwargs:
+            body["chat_template_kwargs"] = dict(self._kwargs)
+        if self._model.reasoning_effort is not None:
+            body["reasoning_effort"] = self._model.reasoning_effort
+        return body
+
+    def prompt_ids(self, conv: Conversation, turn: int) -> list[int]:
+        """The prompt ids of generation point ``turn``, as the server's chat path would make them."""
+        from eagle3_raw.chatpath import ChatRequestError, render_prompt_ids
+
+        body = self.chat_request(conv, turn)
+        kwargs = dict(body.get("chat_template_kwargs") or {})
+        if self._date is not None:  # a context name beats the environment's global of that name
+            kwargs["strftime_now"] = self._date
+        try:
+            return render_prompt_ids(
+                self._tokenizer, body["messages"], body.get("tools"), chat_template=self._template,
+                chat_template_kwargs=kwargs, reasoning_effort=body.get("reasoning_effort"),
+            )  # fmt: skip
+        except ChatRequestError as exc:
+            message = f"row {conv.source_id!r} turn {turn}: the chat path refused it ({exc})"
+            raise PromptFormatError(message, row_id=conv.source_id, index=conv.index) from exc
 
     def encode(self, text: str) -> list[int]:
-        """``text`` as ids, no special tokens added (the template wrote the ones it wants).
-
-        ``verbose=False``: transformers would warn that a prompt is longer than the tokenizer's
-        ``model_max_length``; the server's own limit is what counts, and it is checked per prompt."""
+        """``text`` as ids, no special tokens added (``verbose=False``: no warning for long texts)."""
         return list(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
-
-    def _prompt_ids(self, conv: Conversation, turn: int) -> list[int]:
-        import jinja2
-
-        failures: tuple[type[Exception], ...] = (jinja2.TemplateError, *_TEMPLATE_FAILURES)
-        try:
-            text = self.prompt_text(conv.messages[:turn], conv.tools)
-        except failures as exc:
-            problem = f"the chat template refused it ({type(exc).__name__}: {exc})"
-            message = f"row {conv.source_id!r} turn {turn}: {problem}"
-            raise PromptFormatError(message, row_id=conv.source_id, index=conv.index) from exc
-        return self.encode(text)
 
     def identity(self) -> dict[str, str]:
         """What the prompt ids depend on, for the manifest and the dataset card."""
@@ -220,7 +222,9 @@ def _load_problem(recipe: Recipe, local: Path | None, exc: Exception) -> str:
 
 
 def read_template(recipe: Recipe) -> str:
-    """The text of the ``model.chat_template`` override file."""
+    """The ``model.chat_template`` override file, read as SGLang reads ``--chat-template``: leading
+    and trailing newlines stripped, every two-character ``\\n`` made a newline."""
+    from eagle3_raw.chatpath import read_template_file
     from eagle3_raw.limits import TEMPLATE_BYTES, check_regular_file
 
     assert recipe.model.chat_template is not None
@@ -228,22 +232,98 @@ def read_template(recipe: Recipe) -> str:
     if path.exists():  # not /dev/zero, not 10 GB (a missing file is reported below)
         check_regular_file("model.chat_template", path, TEMPLATE_BYTES)
     try:
-        return path.read_text(encoding="utf-8")
+        return read_template_file(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError(
             "model.chat_template", str(path), f"expected a readable Jinja file ({exc})"
         ) from exc
 
 
-def checked_kwargs(tokenizer: PreTrainedTokenizerBase, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """``chat_template_kwargs``, refused if one would collide with an argument eagle3_raw passes."""
-    reserved = set(inspect.signature(tokenizer.apply_chat_template).parameters) - {"kwargs"}
-    clashes = sorted(reserved.intersection(kwargs) | {"messages"}.intersection(kwargs))
+#: What the chat path passes ``apply_chat_template`` itself (a template kwarg of that name would clash).
+CHAT_PATH_KEYWORDS = frozenset(
+    {"messages", "conversation", "tools", "documents", "tokenize", "add_generation_prompt", "return_dict",
+     "chat_template", "continue_final_message", "strftime_now"}
+)  # fmt: skip
+
+
+def checked_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``chat_template_kwargs``, refused if one would collide with what the chat path passes itself.
+    Keywords a tokenizer's own ``apply_chat_template`` declares (Kimi's ``thinking``) are fine: SGLang
+    passes them through too."""
+    clashes = sorted(CHAT_PATH_KEYWORDS.intersection(kwargs))
     if clashes:
         raise RecipeError(
-            "model.chat_template_kwargs", dict(kwargs), f"{', '.join(clashes)} are set by eagle3_raw itself"
+            "model.chat_template_kwargs", dict(kwargs), f"{', '.join(clashes)}: set by the chat path itself"
         )
     return dict(kwargs)
+
+
+def check_date(template: str | None, render_date: str | None) -> Any:
+    """None for a template that prints no date; for one that calls ``strftime_now``, a stand-in
+    that prints ``render_date`` instead of today; RecipeError when no date is pinned."""
+    if template is None or not prints_date(template):
+        if render_date is not None:
+            raise RecipeError("model.render_date", render_date, "the chat template prints no date: drop it")
+        return None
+    if render_date is None:
+        import datetime
+
+        today = datetime.date.today().isoformat()
+        raise RecipeError(
+            "model.render_date", None,
+            "the chat template prints today's date (strftime_now), so its prompts would change with the day "
+            f"of the build under one set identity: pin it, e.g. render_date: {today} (the prompts then "
+            "render here, with that date)",
+        )  # fmt: skip
+    import datetime
+
+    pinned = datetime.datetime.combine(datetime.date.fromisoformat(render_date), datetime.time(12))
+    return lambda fmt: pinned.strftime(fmt)
+
+
+def template_source(recipe: Recipe) -> str | None:
+    """The chat template the recipe renders with, read without loading the tokenizer (the override
+    file, else the tokenizer folder's or Hub repo's ``tokenizer_config.json`` / ``chat_template.jinja``),
+    or None when it cannot be read this way."""
+    if recipe.model.chat_template is not None:
+        return read_template(recipe)
+    jinja = _tokenizer_file(recipe, "chat_template.jinja")
+    if jinja is not None:
+        return jinja.read_text(encoding="utf-8")
+    config = _tokenizer_file(recipe, "tokenizer_config.json")
+    try:
+        template = orjson.loads(config.read_bytes()).get("chat_template") if config else None
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(template, list):  # named templates: SGLang renders with the first
+        template = next((t.get("template") for t in template if isinstance(t, dict)), None)
+    return template if isinstance(template, str) else None
+
+
+def _tokenizer_file(recipe: Recipe, name: str) -> Path | None:
+    local = tokenizer_path(recipe)
+    if local is not None:
+        return local / name if (local / name).is_file() else None
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(recipe.model.tokenizer, name, revision=recipe.model.revision))
+    except Exception:  # best effort: the tokenizer load reports real problems
+        return None
+
+
+def prints_date(template: str) -> bool:
+    """Whether the template calls ``strftime_now`` (transformers' today's-date global)."""
+    import jinja2.nodes
+
+    try:
+        ast = _compile(template).environment.parse(template)
+    except Exception:  # a syntax error is reported by template_variables
+        return "strftime_now" in template
+    return any(
+        isinstance(call.node, jinja2.nodes.Name) and call.node.name == "strftime_now"
+        for call in ast.find_all(jinja2.nodes.Call)
+    )
 
 
 def template_variables(template: str | Mapping[str, str], where: str) -> frozenset[str]:

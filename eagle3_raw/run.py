@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw import sglang
-from eagle3_raw.checks import ServerChecks
-from eagle3_raw.dispatch import Dispatcher
+from eagle3_raw.checks import ServerChecks, sample_conversations
+from eagle3_raw.dispatch import RENDERS_IN_FLIGHT, Dispatcher
 from eagle3_raw.endpoints import Endpoint, EndpointPool
 from eagle3_raw.errors import FatalError, Interrupted, RecipeError, ServerUnreachable, SourceError
 from eagle3_raw.feed import JobFeed, gather_or_fail
 from eagle3_raw.identity import Target, code_digest, set_config_id
-from eagle3_raw.plan import KeySet, Planner, Shard
+from eagle3_raw.plan import KeySet, Pending, Planner, Shard
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.redact import scrub
 from eagle3_raw.runtime import open_file_budget, run_sync, signals_cancel
@@ -202,7 +202,7 @@ class _Build:
             planner = await asyncio.to_thread(self._planner, journal, renderer)
             dispatcher = Dispatcher(
                 self.recipe, s if pool else None, pool, journal, self.stats,
-                vocab_size=renderer.vocab_size, stop=self.stop,
+                vocab_size=renderer.vocab_size, stop=self.stop, planner=planner, renderer=renderer,
             )  # fmt: skip
             try:
                 await self._dispatch(planner, dispatcher, pool, hub_revision)
@@ -225,6 +225,9 @@ class _Build:
             log.warning("no endpoint answers: only rows whose generations the journal holds can be made")
             return None
         await checks.check_tokenizers(identities)
+        if self.target.render == "local" and not renderer.prints_date:  # a pinned date is not the server's
+            sample = await asyncio.to_thread(sample_conversations, self.recipe)
+            await checks.check_rendering(identities[0].url, sample)
         facts = server_facts(identities[0], renderer)
         await asyncio.to_thread(journal.sets.update, lambda m: m.update(server=m.get("server") or facts))
         return _make_pool(self.recipe, identities, down, checks, urls)
@@ -275,12 +278,14 @@ class _Build:
         capacity = pool.capacity if pool is not None else 1
         feed = JobFeed(self.stop, maxsize=max(4 * _CHUNK, 2 * capacity))
         self.display.start(self.recipe.name)
-        workers = [asyncio.create_task(dispatcher.work(feed)) for _ in range(capacity)]
+        renders = RENDERS_IN_FLIGHT if self.target.render == "server" else 0  # their workers wait on renders
+        workers = [asyncio.create_task(dispatcher.work(feed)) for _ in range(capacity + renders)]
         ticker = asyncio.create_task(self._tick(pool))
         loop = asyncio.get_running_loop()
         producer = asyncio.create_task(asyncio.to_thread(self._produce, planner, feed, loop, hub_revision))
         try:
             await gather_or_fail([producer, *workers])
+            await dispatcher.drain()
             self._check_every_row_has_an_outcome()
         except BaseException:
             self.stop.set()
@@ -302,7 +307,7 @@ class _Build:
         counting = False
         for item in planner.plan(iter_conversations(self.recipe, hub_revision=hub_revision)):
             chunk.append(item)
-            self.stats.note_planned(item.key.index)
+            self.stats.note_planned(item.key.index, len(item.keys) if isinstance(item, Pending) else 1)
             if len(chunk) >= _CHUNK or feed.hungry.is_set():
                 if not feed.put_threadsafe(chunk, loop):
                     return

@@ -45,7 +45,11 @@ SERVER_INFO_KEYS = (
     "quantization", "tp_size", "dp_size", "skip_tokenizer_init", "enable_deterministic_inference",
     "max_running_requests", "max_total_num_tokens", "max_req_input_len", "preferred_sampling_params",
     "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command", "speculative_algorithm",
+    "chat_template", "tokenizer_mode", "trust_remote_code", "reasoning_parser", "tool_call_parser",
 )  # fmt: skip
+
+RENDERER_KEYS = ("tokenizer_path", "chat_template", "revision", "tokenizer_mode", "trust_remote_code")
+"""``/server_info`` keys that decide how the server renders a chat request, beyond its model."""
 """``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
 
 
@@ -369,6 +373,25 @@ async def tokenize(session: aiohttp.ClientSession, url: str, text: str, timeout:
     tokens = _decode_object(payload, where).get("tokens")
     if not isinstance(tokens, list):
         raise InvalidResponse(f"{where} returned no token list", url=where)
+    return tokens
+
+
+async def tokenize_chat(
+    session: aiohttp.ClientSession, url: str, body: Mapping[str, Any], timeout: float
+) -> list[int]:
+    """The prompt ids the server's chat path makes of a chat request (``/tokenize`` with
+    ``messages``, SGLang 0.5.23 ``sglang-protocol.md`` §14.1): what its chat API would feed the model.
+
+    :class:`~eagle3_raw.errors.RequestRejected` (with the server's message) when the chat path
+    refuses this request; :class:`~eagle3_raw.http_status.EndpointNotFound` without ``/tokenize``.
+    """
+    data = orjson.dumps(dict(body))
+    where = f"{public_url(url)}/tokenize"
+    cap = limits.response_cap(len(data), 0)
+    payload = await _post(session, f"{url}/tokenize", data, timeout, cap=cap, shown=where)
+    tokens = _decode_object(payload, where).get("tokens")
+    if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+        raise InvalidResponse(f"{where} returned no token list for a chat request", url=where)
     return tokens
 
 

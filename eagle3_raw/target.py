@@ -9,6 +9,12 @@ before anything is built or read from the ``datasets`` cache (:func:`resolve_tar
 - when no endpoint answers: the target of the latest set of this recipe in the journal, so a set
   built before can be loaded (or rebuilt from its journal) without its server. Rows still missing
   then need the server, and the run says so.
+
+Who renders the prompts is part of the target (:func:`choose_render`): the server's chat path when
+it can (``/tokenize`` with ``messages``; not with ``--skip-tokenizer-init``, behind a router without
+``/tokenize``, or on an SGLang older than 0.5.23), else the same chat path run here, with a notice;
+``model.render`` can ask for either. A template that prints today's date renders here, with
+``model.render_date``.
 """
 
 from __future__ import annotations
@@ -30,12 +36,18 @@ log = logging.getLogger("eagle3_raw")
 
 
 def target_of(identities: Sequence[ServerIdentity], origin: str = "server") -> Target:
-    """The target of servers that answered (the first's model; the tightest limits)."""
+    """The target of servers that answered (the first's model and rendering facts; the tightest
+    limits), prompts rendered by the server until :func:`choose_render` says otherwise."""
+    from eagle3_raw.sglang import RENDERER_KEYS
+
     check_same_model(identities)
     first = identities[0]
     budgets = [i.token_budget for i in identities if i.token_budget is not None]
     inputs = [i.input_limit for i in identities if i.input_limit is not None]
-    return Target(first.comparable(), min(budgets, default=None), min(inputs, default=None), origin)
+    renderer = {key: first.server_info.get(key) for key in RENDERER_KEYS}
+    return Target(
+        first.comparable(), min(budgets, default=None), min(inputs, default=None), "server", renderer, origin
+    )
 
 
 def check_same_model(identities: Sequence[ServerIdentity]) -> None:
@@ -68,10 +80,12 @@ def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -
     from eagle3_raw.runtime import run_sync
 
     if recipe.server.launch == "reference":
-        return reference_target(recipe.server.launch_args)
-    identities, errors = run_sync(lambda: _ask(recipe, api_key))
+        target = reference_target(recipe.server.launch_args)
+        skipped = "--skip-tokenizer-init" in recipe.server.launch_args
+        return choose_render(recipe, target, "it runs with --skip-tokenizer-init" if skipped else "")
+    identities, errors, cannot = run_sync(lambda: _ask(recipe, api_key))
     if identities:
-        return target_of(identities)
+        return choose_render(recipe, target_of(identities), cannot)
     recorded = recorded_target(recipe, journal_root)
     if recorded is None:
         raise ServerUnreachable(
@@ -86,7 +100,9 @@ def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -
     return recorded
 
 
-async def _ask(recipe: Recipe, api_key: str | None) -> tuple[list[ServerIdentity], list[BaseException]]:
+async def _ask(recipe: Recipe, api_key: str | None) -> tuple[list[ServerIdentity], list[BaseException], str]:
+    """The identities of the endpoints that answer, the errors of the others, and why the first
+    cannot render chat requests ("" when it can)."""
     from eagle3_raw import sglang
 
     timeout = recipe.server.connect_timeout
@@ -95,12 +111,58 @@ async def _ask(recipe: Recipe, api_key: str | None) -> tuple[list[ServerIdentity
             *(sglang.server_identity(session, url, timeout) for url in recipe.server.endpoints),
             return_exceptions=True,
         )
-    identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
+        identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
+        cannot = await cannot_render(session, identities[0], timeout) if identities else ""
     errors = [r for r in results if isinstance(r, BaseException)]
     for error in errors:
         if not isinstance(error, ServerUnreachable):
             raise error
-    return identities, errors
+    return identities, errors, cannot
+
+
+PROBE_CHAT = {"messages": [{"role": "user", "content": "Hello!"}]}
+
+
+async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) -> str:
+    """Why ``identity``'s server cannot render a chat request through ``/tokenize`` ("" when it can)."""
+    from eagle3_raw import sglang
+    from eagle3_raw.errors import Eagle3RawError
+
+    if identity.server_info.get("skip_tokenizer_init") is True:
+        return "it runs with --skip-tokenizer-init"
+    try:
+        await sglang.tokenize_chat(session, identity.url, PROBE_CHAT, timeout)
+    except sglang.EndpointNotFound:
+        return "it has no /tokenize (a router that does not forward it?)"
+    except Eagle3RawError as exc:  # an SGLang older than 0.5.23 refuses messages with a 400
+        return f"/tokenize refuses a chat request ({exc})"
+    return ""
+
+
+def choose_render(recipe: Recipe, target: Target, cannot: str) -> Target:
+    """``target`` with who renders its prompts decided (see the module docstring); ``cannot``: why
+    the server cannot render ("" when it can)."""
+    from eagle3_raw.render import check_date, prints_date, template_source
+
+    mode, template = recipe.model.render, template_source(recipe)
+    if template is not None and prints_date(template):
+        check_date(template, recipe.model.render_date)  # refuses an unpinned date
+        if mode == "server":
+            problem = (
+                "the chat template prints today's date: the server would print its own; use render: local"
+            )
+            raise RecipeError("model.render", mode, problem)
+        log.warning("the chat template prints a date: prompts render here, with render_date %s",
+                    recipe.model.render_date)  # fmt: skip
+        return target.with_render("local")
+    if mode == "local" or (mode == "auto" and cannot):
+        if cannot:
+            log.warning("the server cannot render chat requests (%s): prompts render here, with SGLang's "
+                        "chat path", cannot)  # fmt: skip
+        return target.with_render("local")
+    if cannot:
+        raise ServerMismatch(f"model.render is server, but the server cannot render chat requests: {cannot}")
+    return target.with_render("server", target.renderer)
 
 
 def recorded_target(recipe: Recipe, journal_root: Path) -> Target | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from eagle3_raw.chatpath import render_prompt_ids
 from eagle3_raw.errors import PromptFormatError, RecipeError
 from eagle3_raw.prompts import Conversation
 from eagle3_raw.recipe import Recipe, parse_recipe
@@ -79,20 +80,32 @@ def text_of(renderer: Renderer, turn: PromptTurn) -> str:
 # --- exact ids -------------------------------------------------------------------------------
 
 
-def test_prompt_ids_are_the_tokenizers_encoding_of_the_template_text(renderer: Renderer) -> None:
+def prompt_text(renderer: Renderer, messages: Any, tools: Any) -> str:
+    """The chat path's prompt for ``messages`` (as SGLang's /tokenize would render it), decoded."""
+    ids = render_prompt_ids(
+        renderer.tokenizer, [dict(m) for m in messages], [dict(t) for t in tools or ()] or None
+    )
+    return str(renderer.tokenizer.decode(ids))
+
+
+def test_prompt_ids_are_the_chat_paths_not_a_bare_apply_chat_template(renderer: Renderer) -> None:
     c = conv(*TOOL_CHAT, tools=TOOLS)
     [turn] = renderer.render(c)
     tokenizer = renderer.tokenizer
     messages, tools = [dict(m) for m in c.messages], [dict(t) for t in TOOLS]
-    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-    assert turn == PromptTurn(4, "c1", 6, tokenizer(text, add_special_tokens=False)["input_ids"])
-    via_transformers = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True)
-    assert turn.prompt_ids == via_transformers["input_ids"]  # tokenize=True returns a BatchEncoding in 5.x
-    assert turn.prompt_ids == renderer.encode(renderer.prompt_text(c.messages, c.tools))
+    assert turn == PromptTurn(4, "c1", 6, render_prompt_ids(tokenizer, messages, tools))
+    bare = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=False)
+    assert turn.prompt_ids != bare  # SGLang renders its normalized tools ("defer_loading": null, ...)
+    assert '"defer_loading": null' in tokenizer.decode(turn.prompt_ids)
+    [plain] = renderer.render(conv({"role": "user", "content": "Hi"}))  # no tools: the same as transformers
+    hi = [{"role": "user", "content": "Hi"}]
+    assert plain.prompt_ids == tokenizer.apply_chat_template(
+        hi, add_generation_prompt=True, return_dict=False
+    )
 
 
 def test_tools_tool_calls_and_reasoning_reach_the_prompt(renderer: Renderer) -> None:
-    text = renderer.prompt_text(TOOL_CHAT, TOOLS)
+    text = prompt_text(renderer, TOOL_CHAT, TOOLS)
     assert '"name": "get_weather"' in text and '"description": "Current weather"' in text
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
     assert "<think>\nI should call the weather tool.\n</think>" in text
@@ -138,14 +151,14 @@ def test_generation_points(roles: list[str], last: list[int], every: list[int]) 
 def test_turns_last_prompts_with_the_history_before_the_final_assistant(renderer: Renderer) -> None:
     [turn] = renderer.render(conv(*TOOL_CHAT[:5]))
     assert turn.turn == 4
-    assert turn.prompt_ids == renderer.encode(renderer.prompt_text(TOOL_CHAT[:4], None))
+    assert text_of(renderer, turn) == prompt_text(renderer, TOOL_CHAT[:4], None)
 
 
 def test_turns_all_gives_one_prompt_per_assistant_turn_plus_the_end(renderer_all: Renderer) -> None:
     turns = renderer_all.render(conv(*TOOL_CHAT, tools=TOOLS))
     assert [t.turn for t in turns] == [2, 4, 6]
     for t in turns:
-        assert t.prompt_ids == renderer_all.encode(renderer_all.prompt_text(TOOL_CHAT[: t.turn], TOOLS))
+        assert text_of(renderer_all, t) == prompt_text(renderer_all, TOOL_CHAT[: t.turn], TOOLS)
         assert (t.index, t.source_id) == (4, "c1")
     assert turns[0].prompt_ids == turns[1].prompt_ids[: len(turns[0].prompt_ids)]  # same history, same prefix
 
@@ -164,8 +177,8 @@ def test_a_lone_assistant_message_has_nothing_to_generate(renderer_all: Renderer
 
 
 STRICT_TEMPLATE = """\
-{%- if messages[-1].role == 'assistant' -%}
-{{- raise_exception('history must not end with an assistant') -}}
+{%- if messages[-1].role == 'tool' -%}
+{{- raise_exception('history must not end with a tool result') -}}
 {%- endif -%}
 {%- for m in messages -%}[{{ m.role }}]{{ m.content }}{%- endfor -%}
 {%- if add_generation_prompt -%}[assistant]{%- endif -%}"""
@@ -181,11 +194,15 @@ def test_template_override_file_is_used_and_its_refusals_are_format_errors(tmp_p
         {"role": "assistant", "content": "b"},
         {"role": "assistant", "content": "c"},
         source_id="dbl",
-    )
-    with pytest.raises(PromptFormatError, match="row 'dbl' turn 2: the chat template refused it") as info:
-        strict.render(two_assistants)
-    assert "history must not end with an assistant" in str(info.value)
-    assert (info.value.row_id, info.value.index) == ("dbl", 4)
+    )  # SGLang's chat path makes a final assistant message a user message (add_generation_prompt null)
+    assert [strict.tokenizer.decode(t.prompt_ids) for t in strict.render(two_assistants)] == [
+        "[user]a[assistant]", "[user]a[user]b[assistant]"
+    ]  # fmt: skip
+    tool_last = conv({"role": "user", "content": "a"}, {"role": "tool", "content": "r"}, source_id="tl")
+    with pytest.raises(PromptFormatError, match="row 'tl' turn 2: the chat path refused it") as info:
+        strict.render(tool_last)
+    assert "history must not end with a tool result" in str(info.value)
+    assert (info.value.row_id, info.value.index) == ("tl", 4)
     default_digest = Renderer(make_recipe()).identity()["chat_template_sha256"]
     assert strict.identity()["chat_template_sha256"] == hashlib.sha256(STRICT_TEMPLATE.encode()).hexdigest()
     assert strict.identity()["chat_template_sha256"] != default_digest
@@ -263,9 +280,9 @@ def test_eos_ids_come_from_the_generation_config_too(tmp_path: Path) -> None:
         (
             {"chat_template_kwargs": {"tools": []}},
             "model.chat_template_kwargs",
-            "tools are set by eagle3_raw",
+            "tools: set by the chat path",
         ),
-        ({"chat_template_kwargs": {"messages": []}}, "model.chat_template_kwargs", "messages are set"),
+        ({"chat_template_kwargs": {"messages": []}}, "model.chat_template_kwargs", "messages: set"),
     ],
 )
 def test_loading_problems_are_recipe_errors(

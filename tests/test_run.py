@@ -131,9 +131,10 @@ def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
     write_prompts(tmp_path, 300)  # more rows than the planner may queue ahead
     caplog.set_level(logging.INFO, logger="eagle3_raw.progress")
     with reference_server(tmp_path, "--slots", "8", "--ms-per-token", "2") as (server, _):
-        recipe = write_recipe(
-            tmp_path, endpoints=[server.url], sampling={"samples_per_prompt": 2, "max_new_tokens": 24}
-        )
+        recipe = write_recipe(  # rendered here: the planner, slower than the queue, has a total to estimate
+            tmp_path, endpoints=[server.url], sampling={"samples_per_prompt": 2, "max_new_tokens": 24},
+            model={"render": "local"},
+        )  # fmt: skip
         result = _run(recipe, tmp_path, progress="log", log_interval=0.05)
     assert result.summary.rows == 600
     lines = [r.getMessage() for r in caplog.records if r.name == "eagle3_raw.progress"]
