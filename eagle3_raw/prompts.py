@@ -32,8 +32,11 @@ prepared data has it, is read as an ``openai`` message), ``prompt`` (a ``prompt`
 user message, optional ``system``), and ``auto``: per row, the first of ``messages``,
 ``conversations``, ``prompt`` present with a non-null value. Normalization:
 
-- Roles are ``system``, ``user``, ``assistant``, ``tool``. Content is a string; a list of
-  ``{"type": "text", "text": ...}`` parts is joined with newlines (other part types are errors);
+Messages are kept as a chat client would send them to the deployed server (the chat path, not
+this module, normalizes them for the template: :mod:`eagle3_raw.chatpath`):
+
+- Roles are ``system``, ``user``, ``assistant``, ``tool``. Content is a string or a non-empty list
+  of ``{"type": "text", "text": ...}`` parts, kept as a list (other part types are errors);
   ``null`` content is allowed only on an assistant message with ``tool_calls`` and becomes ``""``.
 - Keys with ``null`` values are absent (Arrow-backed sources fill missing struct fields with null).
   Other message keys are dropped.
@@ -41,10 +44,10 @@ user message, optional ``system``), and ``auto``: per row, the first of ``messag
   ...}}``; the shorthand ``{"name": ..., "parameters": ...}`` is accepted and wrapped into that form,
   the one chat templates are written for. An empty list means no tools.
 - ``tool_calls`` hold ``{"type"?: "function", "id"?, "function": {"name", "arguments"}}``;
-  ``arguments`` is an object or a JSON string of one, and is always passed on as a dict: the shape
-  Hugging Face chat templates document, and what OpenAI-compatible servers parse string arguments
-  into before rendering. Arrow-backed sources unify struct fields across
-  rows, so they should store ``arguments`` as JSON strings.
+  ``arguments`` is an object or a JSON string of one, and is always passed on as a dict: what
+  SGLang's chat path parses string arguments into before rendering. Arrow-backed sources unify
+  struct fields across rows, so they should store ``arguments`` as JSON strings. A call's ``id`` is
+  kept (some templates print it); without one, the chat path renders ``None``.
 
 Ids: the ``id_column`` value (a non-empty string or an integer), else the first 16 hex digits of the
 sha256 of the canonical JSON of the normalized ``{"messages", "tools"}`` (the same conversation has
@@ -97,7 +100,6 @@ SHAREGPT_ROLES: Mapping[str, str] = {
 """ShareGPT ``from`` values and the role each becomes."""
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_PART_SEPARATOR = "\n"
 _BATCH_ROWS = 256
 _UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -319,21 +321,23 @@ def _openai_message(where: str, message: Any) -> dict[str, Any]:
     return result
 
 
-def _content(where: str, value: Any, *, may_be_null: bool) -> str:
+def _content(where: str, value: Any, *, may_be_null: bool) -> str | list[dict[str, str]]:
+    """A message's content as a chat client sends it: a string, or its list of text parts (the chat
+    path decides how a template sees them: joined, or as a list)."""
     if isinstance(value, str):
         return value
     if value is None and may_be_null:
         return ""
-    if isinstance(value, list):
-        return _PART_SEPARATOR.join(_text_part(f"{where}[{i}]", part) for i, part in enumerate(value))
+    if isinstance(value, list) and value:
+        return [_text_part(f"{where}[{i}]", part) for i, part in enumerate(value)]
     raise _Malformed(where, f"expected a string or a list of text parts, got {_shown(value)}")
 
 
-def _text_part(where: str, part: Any) -> str:
+def _text_part(where: str, part: Any) -> dict[str, str]:
     if not isinstance(part, Mapping) or part.get("type") != "text":
         shown = part.get("type") if isinstance(part, Mapping) else _kind(part)
         raise _Malformed(where, f"expected a {{'type': 'text', 'text': ...}} part, got {shown!r}")
-    return _string(f"{where}.text", part.get("text"))
+    return {"type": "text", "text": _string(f"{where}.text", part.get("text"))}
 
 
 def _string(where: str, value: Any) -> str:

@@ -109,11 +109,14 @@ def test_openai_rows_keep_tools_tool_calls_and_reasoning() -> None:
     assert tools.messages[2] == {"role": "tool", "content": '{"temp": 3}', "tool_call_id": "call_1"}
 
 
-def test_openai_content_parts_are_joined_and_shorthand_tools_are_wrapped() -> None:
+def test_openai_content_parts_are_kept_as_a_client_sends_them_and_shorthand_tools_are_wrapped() -> None:
     by_id = {outcome(i): i for i in items(source="openai.jsonl", id_column="id")}
     parts, shorthand = by_id["oa-parts"], by_id["oa-shorthand-tool"]
     assert isinstance(parts, Conversation) and isinstance(shorthand, Conversation)
-    assert parts.messages[0]["content"] == "First part.\nSecond part."
+    # the chat path joins them (or hands the list to templates that loop over parts), not the reader
+    assert parts.messages[0]["content"] == [
+        {"type": "text", "text": "First part."}, {"type": "text", "text": "Second part."}
+    ]  # fmt: skip
     assert shorthand.tools == (
         {
             "type": "function",

@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sglang.add_argument(
         "--chat-template", type=Path, help="a Jinja file replacing the tokenizer's chat template"
     )
+    sglang.add_argument(
+        "--trust-remote-code", action="store_true", help="run a tokenizer folder's own code to render chats"
+    )
     sglang.add_argument("--reasoning-parser", help="reported in /model_info (/separate_reasoning)")
     sglang.add_argument("--tool-call-parser", help="reported in /model_info (/parse_function_call)")
     ref = parser.add_argument_group("reference server options")
@@ -106,7 +109,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps,
         speculative_eagle_topk=args.speculative_eagle_topk,
         speculative_num_draft_tokens=args.speculative_num_draft_tokens,
-        chat_template=args.chat_template, reasoning_parser=args.reasoning_parser,
+        chat_template=args.chat_template, trust_remote_code=args.trust_remote_code,
+        reasoning_parser=args.reasoning_parser,
         tool_call_parser=args.tool_call_parser,
     )  # fmt: skip
 

@@ -54,6 +54,7 @@ RECIPE_OPTIONS: Mapping[str, bool] = {
     "--preferred-sampling-params": True, "--speculative-algorithm": True,
     "--speculative-num-steps": True, "--speculative-eagle-topk": True,
     "--speculative-num-draft-tokens": True, "--disable-radix-cache": False, "--skip-tokenizer-init": False,
+    "--weight-version": True, "--reasoning-parser": True, "--tool-call-parser": True,
 }  # fmt: skip
 
 _REFUSED: Mapping[str, str] = {

@@ -18,12 +18,17 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-def load_tokenizer(model_dir: Path | None = None) -> PreTrainedTokenizerBase:
-    """The ``transformers`` tokenizer with the chat template, loaded offline (imports transformers)."""
+def load_tokenizer(
+    model_dir: Path | None = None, *, trust_remote_code: bool = False
+) -> PreTrainedTokenizerBase:
+    """The ``transformers`` tokenizer with the chat template, loaded offline (imports transformers);
+    ``trust_remote_code`` runs a folder's own tokenizer code (``--trust-remote-code``)."""
     from transformers import AutoTokenizer
 
     path = model_dir or reference_model_dir()
-    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+        str(path), local_files_only=True, trust_remote_code=trust_remote_code
+    )
     return tokenizer
 
 

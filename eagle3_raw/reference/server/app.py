@@ -81,6 +81,7 @@ async def serve(config: ServerConfig, *, ready: Callable[[str], None] | None = N
         context_length=config.context_length,
         chat_template=config.chat_template,
         weight_version=config.weight_version,
+        trust_remote_code=config.trust_remote_code,
     )
     state = ServerState(config, model)
     runner = web.AppRunner(build_app(state), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)

@@ -39,6 +39,7 @@ class ServerConfig:
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     chat_template: Path | None = None
+    trust_remote_code: bool = False
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
 

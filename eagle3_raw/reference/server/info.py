@@ -61,7 +61,8 @@ class Info:
         return {
             "model_path": s.model.reported_path, "tokenizer_path": s.model.reported_path,
             "tokenizer_mode": "auto", "skip_tokenizer_init": c.skip_tokenizer_init, "load_format": "auto",
-            "trust_remote_code": False, "context_length": c.context_length, "is_embedding": False,
+            "trust_remote_code": c.trust_remote_code, "context_length": c.context_length,
+            "is_embedding": False,
             "revision": None, "host": c.host, "port": c.port, "served_model_name": s.served_model_name,
             "weight_version": c.weight_version,
             "dtype": "auto", "quantization": None, "device": "cpu", "api_key": "***" if c.api_key else None,

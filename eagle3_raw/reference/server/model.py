@@ -35,6 +35,7 @@ class Model:
         context_length: int | None,
         chat_template: Path | None = None,
         weight_version: str = "default",
+        trust_remote_code: bool = False,
     ) -> None:
         foreign = model_path is not None and is_foreign(model_path)
         self.engine: ReferenceEngine | ForeignEngine = (
@@ -57,6 +58,7 @@ class Model:
         self._clean_up_spaces = bool(tokenizer_config.get("clean_up_tokenization_spaces", False))
         self.model_max_length = tokenizer_config.get("model_max_length")
         self.tokenizer = _load_tokenizer(self.path) if tokenizer else None
+        self.trust_remote_code = trust_remote_code
         self.chat_template_path = chat_template
         self.chat_template_override = _read_template(chat_template)
         self._chat_tokenizer: Any = None
@@ -67,7 +69,7 @@ class Model:
         if self._chat_tokenizer is None:
             from eagle3_raw.reference.model_files import load_tokenizer
 
-            self._chat_tokenizer = load_tokenizer(self.path)
+            self._chat_tokenizer = load_tokenizer(self.path, trust_remote_code=self.trust_remote_code)
         return self._chat_tokenizer
 
     @property
