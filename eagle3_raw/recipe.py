@@ -373,7 +373,25 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
         base_dir=base_dir,
     )
     _check_bounds(recipe)
+    _check_remote_code(recipe)
     return recipe
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def _check_remote_code(recipe: Recipe) -> None:
+    """Code a tokenizer brings from the Hub runs only pinned to a commit (a local folder's code is
+    in the fingerprint by content)."""
+    m = recipe.model
+    if not m.trust_remote_code or tokenizer_path(recipe) is not None:
+        return
+    if m.revision is None or not _COMMIT.fullmatch(m.revision):
+        raise RecipeError(
+            "model.revision", m.revision,
+            "trust_remote_code runs the tokenizer repo's own code: pin model.revision to a commit (40 hex "
+            "digits), so the code that renders the prompts is the code the fingerprint names",
+        )  # fmt: skip
 
 
 def _check_bounds(recipe: Recipe) -> None:

@@ -78,7 +78,11 @@ class Renderer:
         self._template = resolve_template(self._tokenizer)
         self._kwargs = checked_kwargs(recipe.model.chat_template_kwargs)
         check_kwargs_are_read(read, self._kwargs, ignore=self._tokenizer.special_tokens_map)
-        self._date = check_date(self._template, recipe.model.render_date)
+        dated = check_date(self._template, recipe.model.render_date)
+        self._date = dated is not None
+        if dated is not None:
+            guard_templates(dated)
+            self._template = dated
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -93,7 +97,7 @@ class Renderer:
     @property
     def prints_date(self) -> bool:
         """Whether the template prints today's date (then rendered here, with ``render_date``)."""
-        return self._date is not None
+        return self._date
 
     @functools.cached_property
     def eos_token_ids(self) -> frozenset[int]:
@@ -133,14 +137,14 @@ class Renderer:
         from eagle3_raw.chatpath import ChatRequestError, render_prompt_ids
 
         body = self.chat_request(conv, turn)
-        kwargs = dict(body.get("chat_template_kwargs") or {})
-        if self._date is not None:  # a context name beats the environment's global of that name
-            kwargs["strftime_now"] = self._date
+        options = {
+            "chat_template_kwargs": body.get("chat_template_kwargs"),
+            "reasoning_effort": body.get("reasoning_effort"),
+        }
         try:
             return render_prompt_ids(
-                self._tokenizer, body["messages"], body.get("tools"), chat_template=self._template,
-                chat_template_kwargs=kwargs, reasoning_effort=body.get("reasoning_effort"),
-            )  # fmt: skip
+                self._tokenizer, body["messages"], body.get("tools"), chat_template=self._template, **options
+            )
         except ChatRequestError as exc:
             message = f"row {conv.source_id!r} turn {turn}: the chat path refused it ({exc})"
             raise PromptFormatError(message, row_id=conv.source_id, index=conv.index) from exc
@@ -258,9 +262,11 @@ def checked_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def check_date(template: str | None, render_date: str | None) -> Any:
-    """None for a template that prints no date; for one that calls ``strftime_now``, a stand-in
-    that prints ``render_date`` instead of today; RecipeError when no date is pinned."""
+def check_date(template: str | None, render_date: str | None) -> str | None:
+    """None for a template that prints no date; for one that calls ``strftime_now``, the template
+    with a macro of that name in front that prints ``render_date`` (at noon) instead of today (a
+    name the template defines comes before the environment's global); RecipeError when no date is
+    pinned."""
     if template is None or not prints_date(template):
         if render_date is not None:
             raise RecipeError("model.render_date", render_date, "the chat template prints no date: drop it")
@@ -278,7 +284,10 @@ def check_date(template: str | None, render_date: str | None) -> Any:
     import datetime
 
     pinned = datetime.datetime.combine(datetime.date.fromisoformat(render_date), datetime.time(12))
-    return lambda fmt: pinned.strftime(fmt)
+    directives = "aAbBcdHIjmMpSUwWyYZ"  # every strftime directive a chat template could ask for, "%%" last
+    replaced = "".join(f" | replace('%{d}', '{pinned.strftime('%' + d)}')" for d in directives)
+    macro = f"{{%- macro strftime_now(fmt) -%}}{{{{ fmt{replaced} | replace('%%', '%') }}}}{{%- endmacro -%}}"
+    return macro + template
 
 
 def template_source(recipe: Recipe) -> str | None:

@@ -36,9 +36,10 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """
     try:
         asyncio.get_running_loop()
+        running = True
     except RuntimeError:
-        return asyncio.run(factory())
-    return _run_in_thread(factory)
+        running = False  # not asyncio.run() in here: its errors would carry this one as their context
+    return _run_in_thread(factory) if running else asyncio.run(factory())
 
 
 def _run_in_thread(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:

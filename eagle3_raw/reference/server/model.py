@@ -80,6 +80,11 @@ class Model:
         return resolve_template(self.chat_tokenizer, self.chat_template_override)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if self.trust_remote_code:  # the folder's tokenizer class may encode its own way: SGLang runs it
+            return list(self.chat_tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        return self._encode(text, add_special_tokens)
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
         assert self.tokenizer is not None
         ids: list[int] = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
         return ids
