@@ -251,7 +251,7 @@ def test_a_missing_recipe_file_is_named_with_the_bundled_recipes(tmp_path: Path)
         load_recipe(tmp_path / "nope.yaml")
     assert str(missing.value) == (
         f"recipe file {tmp_path / 'nope.yaml'}: no such file, and no bundled recipe has that name "
-        "(bundled: demo)"
+        "(bundled: deepseek-v3, demo, gpt-oss, kimi-k2.5, llama-3.1, qwen3)"
     )
 
 
