@@ -7,7 +7,9 @@ wait in the server's FIFO queue. Output lengths are the reference engine's natur
 (``max_new_tokens`` 2048, temperature 0.7, thinking on). The same prompts and sampling go, in turn, to:
 
 - eagle3_raw: ``eagle3_raw.run.run`` into a fresh journal, default in-flight limit (from the
-  server's ``max_running_requests``: ``S x 1.25 + 8``), least-loaded endpoint choice;
+  server's ``max_running_requests``: ``S x 1.25 + 8``), least-loaded endpoint choice, once per
+  ``--render`` mode: ``server`` (every prompt rendered by the server's chat path, ``/tokenize`` with
+  messages, beside the generations: the default) and ``local`` (rendered in the client);
 - the baseline (``baseline_client.py``): a thread pool with fixed concurrency per endpoint (64, as
   typical scripts use, and 256), strict round-robin, blocking stdlib HTTP.
 
@@ -159,8 +161,15 @@ class Client:
 
 def clients(args: argparse.Namespace, recipe: Path, work: Path) -> list[Client]:
     here, py = common.HERE, sys.executable
-    found = [Client("eagle3_raw", [py, str(here / "bench_utilization.py"), "--child", str(recipe),
-                                   "--journal", str(work / "journal")])]  # fmt: skip
+    found = []
+    for mode in args.render:
+        raw = common.read_recipe(recipe)
+        variant = common.write_recipe(
+            work / f"recipe-{mode}.yaml", {**raw, "model": {**raw["model"], "render": mode}}
+        )
+        command = [py, str(here / "bench_utilization.py"), "--child", str(variant),
+                   "--journal", str(work / f"journal-{mode}")]  # fmt: skip
+        found.append(Client(f"eagle3_raw render={mode}", command))
     for c in args.baseline_concurrency:
         command = [py, str(here / "baseline_client.py"), "--recipe", str(recipe), "--concurrency", str(c),
                    "--out", str(work / f"baseline-{c}.jsonl")]  # fmt: skip
@@ -311,6 +320,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--time-limit", type=float, default=240.0,
                         help="seconds per client before it is stopped and cut off (default 240)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1,000 prompts, 40 s limit: a smoke run")
+    parser.add_argument(
+        "--render",
+        nargs="+",
+        default=["server", "local"],
+        choices=("server", "local"),
+        help="eagle3_raw's render modes to run, each a client (default: both)",
+    )
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--journal", type=Path, help=argparse.SUPPRESS)

@@ -45,6 +45,14 @@ def write_prompts(path: Path, count: int, seed: int = 0) -> Path:
     return path
 
 
+def read_recipe(path: Path) -> dict[str, Any]:
+    """A recipe file written by :func:`write_recipe`, as a mapping."""
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
 def bench_recipe(
     prompts: Path,
     endpoints: Sequence[str],
