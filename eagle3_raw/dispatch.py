@@ -8,7 +8,8 @@ attempt has its own rid; a timed-out one is aborted on the server.
 
 A :class:`~eagle3_raw.plan.Pending` generation point is rendered by the server's chat path first
 (``/tokenize`` with ``messages``; at most :data:`RENDERS_IN_FLIGHT` at a time, taking no generation
-slot), then its rows go on like planned ones, the samples side by side.
+slot), then its rows go on like planned ones, the samples side by side. A
+:class:`~eagle3_raw.plan.Rollout` takes its worker for all its turns (:mod:`eagle3_raw.rollout`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eagle3_raw import sglang
 from eagle3_raw.checks import backoff
 from eagle3_raw.errors import (
     ConnectError,
     GenerationAborted,
+    PromptFormatError,
     RequestRejected,
     RequestTimeout,
     RetriesExhausted,
@@ -34,7 +36,7 @@ from eagle3_raw.errors import (
     ServerBusy,
     ServerUnreachable,
 )
-from eagle3_raw.plan import Job, Pending, Planned, Reuse, Skip
+from eagle3_raw.plan import Job, Pending, Planned, Reuse, Rollout, Skip
 from eagle3_raw.rows import row_id
 
 if TYPE_CHECKING:
@@ -43,12 +45,15 @@ if TYPE_CHECKING:
     from eagle3_raw.endpoints import Endpoint, EndpointPool
     from eagle3_raw.feed import JobFeed
     from eagle3_raw.journal import Journal
+    from eagle3_raw.mixture import Choice
     from eagle3_raw.plan import Planner
     from eagle3_raw.progress import RunStats
+    from eagle3_raw.prompts import Conversation
     from eagle3_raw.recipe import Recipe
     from eagle3_raw.render import Renderer
 
 log = logging.getLogger("eagle3_raw")
+T = TypeVar("T")
 
 _ENDPOINT_FAULTS = (ConnectError, RequestTimeout, ServerBusy, GenerationAborted)
 
@@ -80,6 +85,7 @@ class Dispatcher:
         self.renderer = renderer
         self._renders = asyncio.Semaphore(RENDERS_IN_FLIGHT)
         self._siblings: set[asyncio.Task[None]] = set()
+        self._keeps_text = recipe.turns == "rollout"  # a rollout's next turn is made of this text
 
     async def work(self, feed: JobFeed) -> None:
         """One worker: items from ``feed`` until the plan is exhausted."""
@@ -93,6 +99,10 @@ class Dispatcher:
             self.reuse(item)
         elif isinstance(item, Pending):
             await self._rendered(item)
+        elif isinstance(item, Rollout):
+            from eagle3_raw.rollout import RolloutRunner
+
+            await RolloutRunner(self).run(item)
         else:
             await self.process(item)
 
@@ -107,46 +117,87 @@ class Dispatcher:
             await self.handle(items[0])
 
     async def _render(self, pending: Pending) -> list[Planned]:
-        assert self.planner is not None and self.renderer is not None and self.session is not None
-        body = self.renderer.chat_request(pending.conv, pending.turn)
+        assert self.planner is not None and self.renderer is not None
+        body = self.renderer.chat_request(pending.conv, pending.turn, choice=pending.choice)
+        try:
+            ids = await self._tokenize(pending.conv.index, body)
+        except RequestRejected as exc:  # the chat path refuses this conversation: its rows are skipped
+            return self.planner.refuse(pending, str(exc))
+        except RetriesExhausted as exc:
+            reason = f"rendering the prompt failed: {exc}"
+            conv = pending.conv
+            return [
+                Skip.from_error(
+                    key, RetriesExhausted(reason, row_id=row_id(conv.source_id, key.turn, key.sample))
+                )
+                for key, _ in pending.keys
+            ]
+        except Stopping:
+            return []
+        return self.planner.resolve(pending, ids)
+
+    async def _tokenize(self, index: int, body: Mapping[str, Any]) -> list[int]:
+        """The server's chat-path render of ``body`` (at most :data:`RENDERS_IN_FLIGHT` at once)."""
+        timeout = self.recipe.server.request_timeout
+
+        async def render(session: aiohttp.ClientSession, url: str) -> list[int]:
+            async with self._renders:
+                return await sglang.tokenize_chat(session, url, body, timeout)
+
+        return await self.ask(index, render)
+
+    async def ask(self, index: int, call: Callable[[aiohttp.ClientSession, str], Awaitable[T]]) -> T:
+        """``call(session, url)`` on source row ``index``'s endpoint (its generations follow there:
+        the prefix cache), retried with backoff on transient errors. Raises
+        :class:`RetriesExhausted` after the last attempt, :class:`Stopping` when the run stops."""
+        assert self.session is not None
         last: RetryableError | None = None
         for attempt in range(self.recipe.server.max_retries + 1):
             if attempt:
                 await asyncio.sleep(backoff(attempt))
             try:
-                async with self._renders:
-                    ids = await sglang.tokenize_chat(self.session, self._render_url(pending), body,
-                                                     self.recipe.server.request_timeout)  # fmt: skip
-                return self.planner.resolve(pending, ids)
-            except RequestRejected as exc:  # the chat path refuses this conversation: its rows are skipped
-                return self.planner.refuse(pending, str(exc))
+                return await call(self.session, self._url_for(index))
             except RetryableError as exc:
                 if self.stop.is_set():
-                    return []
+                    raise Stopping from exc
                 last = exc
-        reason = f"rendering the prompt failed {self.recipe.server.max_retries + 1} times; last: {last}"
-        return [
-            Skip.from_error(
-                key, RetriesExhausted(reason, row_id=row_id(pending.conv.source_id, key.turn, key.sample))
-            )
-            for key, _ in pending.keys
-        ]
+        raise RetriesExhausted(f"{self.recipe.server.max_retries + 1} attempts failed; last: {last}")
 
-    def _render_url(self, pending: Pending) -> str:
+    def _url_for(self, index: int) -> str:
         assert self.pool is not None
-        endpoint = self.pool.pick(self.affinity.get(pending.conv.index))
+        endpoint = self.pool.pick(self.affinity.get(index))
         if endpoint is None:
-            raise ConnectError("no endpoint is up to render the prompt")
-        self._remember_endpoint(pending.conv.index, endpoint)  # its generations follow: prefix cache
+            raise ConnectError("no endpoint is up")
+        self._remember_endpoint(index, endpoint)
         return endpoint.url
+
+    async def render_history(
+        self, conv: Conversation, turn: int, history: list[dict[str, Any]], choice: Choice | None
+    ) -> list[int]:
+        """The prompt ids of a rollout turn whose history is ``history``: by the server's chat path,
+        or here (off the event loop) when the target renders locally. Raises a RowError: the chat
+        path refused it (skipped) or the server never answered (failed)."""
+        assert self.renderer is not None and self.planner is not None
+        if self.planner.render_here:
+            return await asyncio.to_thread(
+                self.renderer.prompt_ids, conv, turn, choice=choice, history=history
+            )
+        body = self.renderer.chat_request(conv, turn, choice=choice, history=history)
+        try:
+            return await self._tokenize(conv.index, body)
+        except RequestRejected as exc:
+            message = f"row {conv.source_id!r} turn {turn}: the server's chat path refused it ({exc})"
+            raise PromptFormatError(message) from exc
 
     async def drain(self) -> None:
         """Wait for the rows of rendered prompts still running beside the workers (their errors raised)."""
         while self._siblings:
             await asyncio.gather(*list(self._siblings))
 
-    def reuse(self, item: Reuse) -> None:
-        row = {"source_id": item.source_id, "sampling_seed": item.sampling_seed, "attempts": 0}
+    def reuse(self, item: Reuse, extra: Mapping[str, Any] | None = None) -> None:
+        """Journal ``item`` as a row made of its journaled generation (``extra``: more row facts)."""
+        row = {"source_id": item.source_id, "sampling_seed": item.sampling_seed, "attempts": 0,
+               **_mixture(item.mixture), **(extra or {})}  # fmt: skip
         self.journal.add_reused(item.key, digest=item.digest, row=row, alias=item.alias)
         self.stats.reused += 1
 
@@ -154,10 +205,19 @@ class Dispatcher:
         self.journal.add_failure(skip.key, skip.row_id, skip.kind, skip.reason)
         if skip.kind == "failed":
             self.stats.failed += 1
+        elif skip.kind == "ended":
+            self.stats.ended += 1
         else:
             self.stats.skipped += 1
 
     async def process(self, job: Job) -> None:
+        result = await self.generate(job)
+        if isinstance(result, tuple):
+            self.journal_row(job, *result)
+
+    async def generate(self, job: Job) -> tuple[sglang.Generation, int] | Skip | None:
+        """``job``'s generation and the attempts it took; else the failure recorded for it (a
+        :class:`Skip`), or None when the run is stopping (nothing recorded)."""
         if self.pool is None:
             raise ServerUnreachable(
                 f"row {job.row_id} has to be generated, but no endpoint answers; every row reused so far "
@@ -169,18 +229,22 @@ class Dispatcher:
                 self.stats.retries += 1
                 await asyncio.sleep(backoff(attempt))
             try:
-                return self._journal_row(job, await self._attempt(job, attempt), attempt + 1)
+                return await self._attempt(job, attempt), attempt + 1
             except RetryableError as exc:
                 if self.stop.is_set():
-                    return  # stopping: aborted on purpose, not a failure of this row
+                    return None  # stopping: aborted on purpose, not a failure of this row
                 last = exc
                 log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
             except RowError as exc:
                 exc.row_id = job.row_id
-                return self.record_skip(Skip.from_error(job.key, exc))
+                skip = Skip.from_error(job.key, exc)
+                self.record_skip(skip)
+                return skip
         attempts = self.recipe.server.max_retries + 1
         reason = f"{attempts} attempt{'s' if attempts > 1 else ''} failed; last: {last}"
-        self.record_skip(Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id)))
+        skip = Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id))
+        self.record_skip(skip)
+        return skip
 
     async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
         assert self.pool is not None and self.session is not None
@@ -208,16 +272,23 @@ class Dispatcher:
         await self.pool.release(endpoint, ok=True)
         return generation
 
-    def _journal_row(self, job: Job, generation: sglang.Generation, attempts: int) -> None:
+    def journal_row(
+        self, job: Job, generation: sglang.Generation, attempts: int, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        """Journal ``job``'s new generation and its row (``extra``: more row facts). A rollout's
+        generations keep the server's text: the next turn's history is made of it."""
+        info: dict[str, Any] = {
+            "finish_reason": generation.finish_reason,
+            "sampling_params": job.sampling_params,
+            "meta": dict(generation.meta),
+        }
+        if self._keeps_text and generation.text is not None:
+            info["text"] = generation.text
+        row = {"source_id": job.source_id, "sampling_seed": job.sampling_seed, "attempts": attempts,
+               **_mixture(job.mixture), **(extra or {})}  # fmt: skip
         self.journal.add_generation(
             job.key, digest=job.digest, input_key=job.input_key, prompt_ids=job.prompt_ids,
-            output_ids=generation.output_ids,
-            generation={
-                "finish_reason": generation.finish_reason,
-                "sampling_params": job.sampling_params,
-                "meta": dict(generation.meta),
-            },
-            row={"source_id": job.source_id, "sampling_seed": job.sampling_seed, "attempts": attempts},
+            output_ids=generation.output_ids, generation=info, row=row,
         )  # fmt: skip
         self.stats.rows += 1
         self.stats.generated_tokens += len(generation.output_ids)
@@ -245,3 +316,11 @@ class Dispatcher:
     async def settle(self) -> None:
         """Wait for background aborts (each bounded by its own timeout)."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class Stopping(Exception):
+    """The run is stopping: a request that failed meanwhile is nobody's failure."""
+
+
+def _mixture(mixture: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"mixture": dict(mixture)} if mixture is not None else {}

@@ -42,7 +42,7 @@ TARGET_KEYS = ("model_path", "served_model_name", "weight_version", "version")
 ``/server_info``): a generation made by another model, weights or SGLang version is another one."""
 
 #: Modules whose code turns a source row into a request; their bytes enter every input key and set id.
-_REQUEST_MODULES = ("prompts", "render", "chatpath", "plan", "identity", "recipe")
+_REQUEST_MODULES = ("prompts", "render", "chatpath", "plan", "identity", "recipe", "mixture", "rollout")
 
 
 @dataclass(frozen=True)
@@ -66,24 +66,38 @@ class Target:
     origin: str = field(default="server", compare=False)
     """How it was found: ``server`` (asked), ``reference`` (a launched reference server, computed),
     ``journal`` (recorded by a complete set, with no server answering)."""
+    parsers: Mapping[str, str | None] = field(default_factory=dict)
+    """For rollouts: the ``reasoning_parser`` and ``tool_call_parser`` that split the target's turns
+    into the next turn's history (empty for other sets)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "model": dict(self.model), "token_budget": self.token_budget, "input_limit": self.input_limit,
             "render": self.render, "renderer": dict(self.renderer),
         }  # fmt: skip
+        return {**data, "parsers": dict(self.parsers)} if self.parsers else data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], origin: str = "journal") -> Target:
         model = {key: str(data["model"].get(key, "")) for key in TARGET_KEYS}
         render, renderer = str(data.get("render", "server")), dict(data.get("renderer") or {})
-        return cls(model, data.get("token_budget"), data.get("input_limit"), render, renderer, origin)
+        parsers = dict(data.get("parsers") or {})
+        return cls(
+            model, data.get("token_budget"), data.get("input_limit"), render, renderer, origin, parsers
+        )
 
     def with_render(self, render: str, renderer: Mapping[str, Any] | None = None) -> Target:
         """This target with prompts rendered by ``render`` (``server`` or ``local``)."""
         import dataclasses
 
         return dataclasses.replace(self, render=render, renderer=dict(renderer or {}))
+
+    def with_parsers(self, reasoning_parser: str | None, tool_call_parser: str | None) -> Target:
+        """This target with the output parsers a rollout splits the target's turns with."""
+        import dataclasses
+
+        parsers = {"reasoning_parser": reasoning_parser, "tool_call_parser": tool_call_parser}
+        return dataclasses.replace(self, parsers=parsers)
 
     @functools.cached_property
     def model_digest(self) -> bytes:
@@ -93,7 +107,8 @@ class Target:
     @functools.cached_property
     def id(self) -> str:
         """16 hex digits for the model and its limits (names the journal's generation folder by model)."""
-        shape = _canonical([self.token_budget, self.input_limit, self.render, dict(self.renderer)])
+        limits: list[Any] = [self.token_budget, self.input_limit, self.render, dict(self.renderer)]
+        shape = _canonical([*limits, dict(self.parsers)] if self.parsers else limits)
         return _sha(b"eagle3_raw/target-limits/1", self.model_digest, shape).hex()
 
     def describe(self) -> str:
@@ -143,6 +158,16 @@ def input_key(context: bytes, conversation: bytes, source_id: str, turn: int, sa
     """The memo key of one row's request (see the module docstring); ``context`` from :func:`input_context`,
     ``conversation`` from :func:`conversation_digest`."""
     return _sha(b"eagle3_raw/input/1", context, conversation, _canonical([source_id, turn, sample]))
+
+
+def rollout_input_key(
+    context: bytes, conversation: bytes, source_id: str, turn: int, sample: int, earlier: Sequence[bytes]
+) -> bytes:
+    """The memo key of a rollout turn: :func:`input_key`'s inputs and the request digests of the
+    conversation's ``earlier`` turns (its history is made of them), so a rerun finds each turn's
+    request from the turns before it, without rendering or asking the server."""
+    return _sha(b"eagle3_raw/rollout-input/1", context, conversation, _canonical([source_id, turn, sample]),
+                *earlier)  # fmt: skip
 
 
 def set_config_id(recipe: Recipe, target: Target) -> str:

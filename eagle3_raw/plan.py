@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import PromptFormatError, PromptTooLong, RecipeError, RowError
 from eagle3_raw.identity import conversation_digest, input_context, input_key, request_digest
+from eagle3_raw.mixture import draw, recorded
 from eagle3_raw.render import generation_points
 from eagle3_raw.rows import RowKey, row_id
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from eagle3_raw.identity import Target
     from eagle3_raw.journal.generations import GenerationIndex
+    from eagle3_raw.mixture import Choice
     from eagle3_raw.prompts import Conversation
     from eagle3_raw.recipe import Recipe
     from eagle3_raw.render import Renderer
@@ -75,7 +77,8 @@ class Shard:
 @dataclass(frozen=True)
 class Job:
     """One request to make: a row's prompt ids and sampling parameters (seed included), and the
-    digests that identify it (``input_key``: what decided it; ``digest``: the request itself)."""
+    digests that identify it (``input_key``: what decided it; ``digest``: the request itself).
+    ``mixture``: the row's mixture column (:func:`eagle3_raw.mixture.recorded`)."""
 
     key: RowKey
     source_id: str
@@ -83,6 +86,7 @@ class Job:
     sampling_params: dict[str, Any]
     input_key: bytes
     digest: bytes
+    mixture: dict[str, Any] | None = None
 
     @property
     def row_id(self) -> str:
@@ -102,6 +106,7 @@ class Reuse:
     sampling_seed: int
     digest: bytes
     alias: bytes | None = None
+    mixture: dict[str, Any] | None = None
 
     @property
     def row_id(self) -> str:
@@ -125,18 +130,51 @@ class Skip:
 @dataclass(frozen=True)
 class Pending:
     """The rows of one generation point whose prompt the server's chat path renders first
-    (``keys``: each row's key and input key, in order)."""
+    (``keys``: each row's key and input key, in order; ``choice``: their mixture component)."""
 
     conv: Conversation
     turn: int
     keys: tuple[tuple[RowKey, bytes], ...]
+    choice: Choice | None = None
 
     @property
     def key(self) -> RowKey:
         return self.keys[0][0]
 
+    @property
+    def rows(self) -> int:
+        return len(self.keys)
 
-Planned = Job | Reuse | Skip | Pending
+
+@dataclass(frozen=True)
+class Rollout:
+    """One conversation's sample to roll out turn by turn (:mod:`eagle3_raw.rollout`).
+
+    ``points``: its generation points up to the last one this run has to make; ``missing``: those
+    without an outcome in the set (the others are journaled and re-derived, never asked again).
+    """
+
+    conv: Conversation
+    sample: int
+    points: tuple[int, ...]
+    missing: frozenset[int]
+    choice: Choice | None = None
+
+    @property
+    def key(self) -> RowKey:
+        return RowKey(self.conv.index, self.points[0], self.sample)
+
+    @property
+    def rows(self) -> int:
+        return len(self.missing)
+
+
+Planned = Job | Reuse | Skip | Pending | Rollout
+
+
+def planned_rows(item: Planned) -> int:
+    """How many row keys ``item`` gives an outcome."""
+    return item.rows if isinstance(item, Pending | Rollout) else 1
 
 
 @dataclass(frozen=True)
@@ -180,10 +218,13 @@ class Planner:
 
     def __init__(
         self, recipe: Recipe, renderer: Renderer, target: Target, *, shard: Shard, exclude: KeySet,
-        index: GenerationIndex,
+        index: GenerationIndex, failed: KeySet | None = None,
     ) -> None:  # fmt: skip
-        """``target.render`` decides who renders: ``local`` here, ``server`` through :class:`Pending`."""
+        """``target.render`` decides who renders: ``local`` here, ``server`` through :class:`Pending`.
+        ``exclude``: keys with an outcome not to redo; ``failed``: those among them that failed (a
+        rollout stops before a failed turn until ``--retry-failed``)."""
         self.recipe = recipe
+        self.failed = failed or KeySet(_empty_keys())
         self.renderer = renderer
         self.render_here = target.render == "local"
         self.target = target
@@ -191,7 +232,7 @@ class Planner:
         self.exclude = exclude
         self.index = index
         self.limits = Limits(target.input_limit, target.token_budget)
-        self._context = input_context(recipe, target)
+        self.context = input_context(recipe, target)
 
     def plan(self, conversations: Iterable[Conversation | PromptFormatError]) -> Iterator[Planned]:
         """Jobs, reuses and skips in canonical order for this shard, leaving out excluded keys."""
@@ -204,6 +245,9 @@ class Planner:
                 yield from self._conversation(item)
 
     def _conversation(self, conv: Conversation) -> Iterator[Planned]:
+        if self.recipe.turns == "rollout":
+            yield from self._rollouts(conv)
+            return
         samples = range(self.recipe.sampling.samples_per_prompt)
         keys = [
             RowKey(conv.index, point, s)
@@ -217,10 +261,11 @@ class Planner:
         planned: dict[RowKey, Planned] = {}
         pending: dict[RowKey, bytes] = {}
         for key in keys:
-            memo_key = input_key(self._context, digest, conv.source_id, key.turn, key.sample)
+            memo_key = input_key(self.context, digest, conv.source_id, key.turn, key.sample)
             found = self.index.memo(memo_key)
             if found is not None:
-                planned[key] = Reuse(key, conv.source_id, self._seed(conv, key), found)
+                mixture = recorded(self.choice(conv, key.sample))
+                planned[key] = Reuse(key, conv.source_id, self.seed(conv, key), found, mixture=mixture)
             else:
                 pending[key] = memo_key
         for key in [k for k in pending if k.turn > MAX_TURN]:
@@ -230,9 +275,30 @@ class Planner:
         if pending and self.render_here:
             planned.update(self._rendered(conv, pending))
         elif pending:
-            planned.update(_pending_points(conv, pending))
+            planned.update(_pending_points(conv, pending, self.choice))
         for key in sorted(planned):
             yield planned[key]
+
+    def _rollouts(self, conv: Conversation) -> Iterator[Planned]:
+        """One :class:`Rollout` per sample with a turn still to make (points past :data:`MAX_TURN`
+        are skipped), stopping before a turn that failed."""
+        points = generation_points(conv.messages, "rollout")
+        for sample in range(self.recipe.sampling.samples_per_prompt):
+            keys = [RowKey(conv.index, p, sample) for p in points]
+            blocked = next((i for i, k in enumerate(keys) if k in self.failed), len(keys))
+            missing = [k for k in keys[:blocked] if k not in self.exclude]
+            for key in [k for k in missing if k.turn > MAX_TURN]:
+                reason = f"message {key.turn} is past the last position a row can start at ({MAX_TURN})"
+                yield Skip.from_error(key, PromptFormatError(reason, row_id=self._id(conv, key)))
+            missing = [k for k in missing if k.turn <= MAX_TURN]
+            if missing:
+                last = points.index(missing[-1].turn)
+                turns = frozenset(k.turn for k in missing)
+                yield Rollout(conv, sample, tuple(points[: last + 1]), turns, self.choice(conv, sample))
+
+    def choice(self, conv: Conversation, sample: int) -> Choice | None:
+        """The mixture component ``conv``'s sample ``sample`` is drawn (None without a mixture)."""
+        return draw(self.recipe, conv.source_id, sample)
 
     def resolve(self, pending: Pending, prompt_ids: list[int]) -> list[Planned]:
         """The rows of ``pending`` once the server rendered its prompt (``prompt_ids``)."""
@@ -248,16 +314,22 @@ class Planner:
         ]
 
     def _rendered(self, conv: Conversation, pending: dict[RowKey, bytes]) -> Iterator[tuple[RowKey, Planned]]:
-        try:
-            turns = self.renderer.render(conv, only={k.turn for k in pending})
-        except PromptFormatError as exc:
-            whole = RowKey(conv.index, WHOLE_ROW, WHOLE_ROW)
-            yield whole, Skip.from_error(whole, exc)
-            return
-        prompts = {turn.turn: turn.prompt_ids for turn in turns}
+        by_choice: dict[int | None, dict[RowKey, bytes]] = {}
         for key, memo_key in pending.items():
-            if key.turn in prompts:
-                yield key, self._job_or_reuse(conv, key, prompts[key.turn], memo_key)
+            choice = self.choice(conv, key.sample)
+            by_choice.setdefault(choice.index if choice else None, {})[key] = memo_key
+        for keys in by_choice.values():
+            choice = self.choice(conv, next(iter(keys)).sample)
+            try:
+                turns = self.renderer.render(conv, only={k.turn for k in keys}, choice=choice)
+            except PromptFormatError as exc:
+                whole = RowKey(conv.index, WHOLE_ROW, WHOLE_ROW)
+                yield whole, Skip.from_error(whole, exc)
+                return
+            prompts = {turn.turn: turn.prompt_ids for turn in turns}
+            for key, memo_key in keys.items():
+                if key.turn in prompts:
+                    yield key, self._job_or_reuse(conv, key, prompts[key.turn], memo_key)
 
     def _job_or_reuse(
         self, conv: Conversation, key: RowKey, prompt_ids: list[int], memo_key: bytes
@@ -265,31 +337,52 @@ class Planner:
         too_long = _too_long(len(prompt_ids), self.limits)
         if too_long:
             return Skip.from_error(key, PromptTooLong(too_long, row_id=self._id(conv, key)))
-        params = self._params(conv, key, len(prompt_ids))
+        choice = self.choice(conv, key.sample)
+        params = self.params(conv, key, len(prompt_ids), choice)
         digest = request_digest(self.target, prompt_ids, params)
+        mixture = recorded(choice)
         if self.index.locate(digest) is not None:
-            return Reuse(key, conv.source_id, params["sampling_seed"], digest, alias=memo_key)
-        return Job(key, conv.source_id, prompt_ids, params, memo_key, digest)
+            return Reuse(
+                key, conv.source_id, params["sampling_seed"], digest, alias=memo_key, mixture=mixture
+            )
+        return Job(key, conv.source_id, prompt_ids, params, memo_key, digest, mixture)
 
-    def _seed(self, conv: Conversation, key: RowKey) -> int:
+    def seed(self, conv: Conversation, key: RowKey) -> int:
         return derive_seed(self.recipe.sampling.seed, conv.source_id, key.turn, key.sample)
 
     def _id(self, conv: Conversation, key: RowKey) -> str:
         return row_id(conv.source_id, key.turn, key.sample)
 
-    def _params(self, conv: Conversation, key: RowKey, prompt_len: int) -> dict[str, Any]:
-        params = self.recipe.sampling.request_params()
-        params["sampling_seed"] = self._seed(conv, key)
+    def params(
+        self, conv: Conversation, key: RowKey, prompt_len: int, choice: Choice | None
+    ) -> dict[str, Any]:
+        """The ``sampling_params`` of row ``key``: the recipe's (with its mixture component's), its
+        seed, ``max_new_tokens`` fitted to the context."""
+        params = self.recipe.sampling.request_params(choice.component if choice is not None else None)
+        params["sampling_seed"] = self.seed(conv, key)
         return fit_max_new_tokens(params, prompt_len, self.limits.context_length)
 
+    def too_long(self, prompt_len: int) -> str:
+        """Why a prompt of ``prompt_len`` ids cannot be sent ("" when it can)."""
+        return _too_long(prompt_len, self.limits)
 
-def _pending_points(conv: Conversation, pending: dict[RowKey, bytes]) -> Iterator[tuple[RowKey, Planned]]:
-    """One :class:`Pending` per generation point, placed at its first row."""
-    turns: dict[int, list[tuple[RowKey, bytes]]] = {}
+
+def _pending_points(
+    conv: Conversation, pending: dict[RowKey, bytes], choose: Callable[[Conversation, int], Choice | None]
+) -> Iterator[tuple[RowKey, Planned]]:
+    """One :class:`Pending` per generation point and mixture component, placed at its first row."""
+    groups: dict[tuple[int, int | None], list[tuple[RowKey, bytes]]] = {}
     for key in sorted(pending):
-        turns.setdefault(key.turn, []).append((key, pending[key]))
-    for turn, keys in turns.items():
-        yield keys[0][0], Pending(conv, turn, tuple(keys))
+        choice = choose(conv, key.sample)
+        groups.setdefault((key.turn, choice.index if choice else None), []).append((key, pending[key]))
+    for (turn, _), keys in groups.items():
+        yield keys[0][0], Pending(conv, turn, tuple(keys), choose(conv, keys[0][0].sample))
+
+
+def _empty_keys() -> npt.NDArray[np.int64]:
+    import numpy as np
+
+    return np.empty(0, np.int64)
 
 
 def _too_long(prompt_len: int, limits: Limits) -> str:

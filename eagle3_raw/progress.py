@@ -38,6 +38,10 @@ class RunStats:
     retries: int = 0
     failed: int = 0
     skipped: int = 0
+    ended: int = 0
+    """Rollout turns not made because their rollout ended before them (recorded)."""
+    blocked: int = 0
+    """Rollout turns left behind a turn that failed (no outcome: made by ``--retry-failed``)."""
     planned: int | None = None
     """Rows (and skips) this run plans, once the planner has gone through the whole source."""
     queued: int = 0

@@ -32,7 +32,8 @@ REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
 
 PromptFormat = Literal["auto", "sharegpt", "openai", "prompt"]
-Turns = Literal["last", "all"]
+Turns = Literal["last", "all", "rollout"]
+Merge = Literal["auto", "never"]
 Render = Literal["auto", "server", "local"]
 OnTruncation = Literal["keep", "drop"]
 
@@ -82,7 +83,10 @@ MANAGED_SAMPLING_KEYS: Mapping[str, str] = {
     "choice": "SGLang 0.5.23 accepts it in the contract but fails on it",
 }
 
-_OWN_SAMPLING_KEYS = frozenset({"samples_per_prompt", "seed"})
+_OWN_SAMPLING_KEYS = frozenset({"samples_per_prompt", "seed", "mixture"})
+_MIXTURE_OWN_KEYS = frozenset({"weight", "chat_template_kwargs", "reasoning_effort"})
+MAX_MIXTURE = 64
+"""The most components a sampling mixture may have."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 _HUB_MODEL_ID = re.compile(r"(?:\b[\w.-]{1,96}\b/)?\b[\w.-]{1,96}\b", re.ASCII)
 """A Hub model id (``name`` or ``org/name``), as ``huggingface_hub.utils.validate_repo_id`` checks it."""
@@ -148,16 +152,55 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class MixtureComponent:
+    """One weighted choice of a sampling mixture: sampling parameters over the recipe's, and chat
+    template keywords and ``reasoning_effort`` over the model's (None: the model's)."""
+
+    weight: float
+    params: Mapping[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    reasoning_effort: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"weight": self.weight, **dict(self.params)}
+        if self.chat_template_kwargs:
+            data["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        if self.reasoning_effort is not None:
+            data["reasoning_effort"] = self.reasoning_effort
+        return data
+
+
+@dataclass(frozen=True)
 class SamplingConfig:
-    """SGLang ``sampling_params`` as written, plus eagle3_raw's sample count and base seed."""
+    """SGLang ``sampling_params`` as written, plus eagle3_raw's sample count, base seed and the
+    optional mixture (one component drawn per conversation and sample, :mod:`eagle3_raw.mixture`)."""
 
     params: Mapping[str, Any]
     samples_per_prompt: int = 1
     seed: int = 0
+    mixture: tuple[MixtureComponent, ...] = ()
 
-    def request_params(self) -> dict[str, Any]:
-        """The ``sampling_params`` every request carries (before its ``sampling_seed``)."""
-        return {**SGLANG_SAMPLING_DEFAULTS, **self.params}
+    def request_params(self, component: MixtureComponent | None = None) -> dict[str, Any]:
+        """The ``sampling_params`` a request carries (before its ``sampling_seed``), with
+        ``component``'s over the recipe's."""
+        extra = component.params if component is not None else {}
+        return {**SGLANG_SAMPLING_DEFAULTS, **self.params, **extra}
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``turns: rollout``: how the target's own turns become the history of the next.
+
+    ``reasoning_parser`` / ``tool_call_parser``: the SGLang parser names that split a generated
+    turn into ``reasoning_content``, ``content`` and ``tool_calls`` (None: the ones the server
+    reports in ``/server_info``, as its chat API uses them; no parser: the text stays content).
+    ``merge``: ``auto`` makes one row of a conversation whose every prompt starts with the previous
+    turn's whole sequence; ``never`` keeps one row per turn.
+    """
+
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    merge: Merge = "auto"
 
 
 @dataclass(frozen=True)
@@ -181,6 +224,7 @@ class Recipe:
     license: str | None = None
     description: str | None = None
     export: ExportConfig = field(default_factory=ExportConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
 
     def resolve_path(self, value: str) -> Path:
@@ -365,11 +409,12 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
         model=_parse_model(_section(raw, "model", required=False)),
         server=_parse_server(_section(raw, "server", required=False)),
         sampling=_parse_sampling(_section(raw, "sampling")),
-        turns=_choice(raw, "turns", "", ("last", "all"), "last"),
+        turns=_choice(raw, "turns", "", ("last", "all", "rollout"), "last"),
         on_truncation=_choice(raw, "on_truncation", "", ("keep", "drop"), "keep"),
         license=_optional(raw, "license", "", str, "a string such as apache-2.0"),
         description=_optional(raw, "description", "", str, "a string"),
         export=_parse_export(_section(raw, "export", required=False)),
+        rollout=_parse_rollout(raw),
         base_dir=base_dir,
     )
     _check_bounds(recipe)
@@ -495,37 +540,95 @@ def _parse_export(raw: Mapping[str, Any]) -> ExportConfig:
     return ExportConfig(draft_vocab_sizes=tuple(sorted(sizes)))
 
 
+def _parse_rollout(raw: Mapping[str, Any]) -> RolloutConfig:
+    section = _section(raw, "rollout", required=False)
+    if section and raw.get("turns") != "rollout":
+        raise RecipeError("rollout", dict(section), "applies to turns: rollout only (set turns: rollout)")
+    _check_keys("rollout.", section, frozenset(RolloutConfig.__dataclass_fields__))
+    from eagle3_raw.reference.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+
+    return RolloutConfig(
+        reasoning_parser=_parser_name(section, "reasoning_parser", REASONING_PARSER_NAMES),
+        tool_call_parser=_parser_name(section, "tool_call_parser", TOOL_CALL_PARSER_NAMES),
+        merge=_choice(section, "merge", "rollout.", ("auto", "never"), "auto"),
+    )
+
+
+def _parser_name(section: Mapping[str, Any], key: str, known: Sequence[str]) -> str | None:
+    """One of SGLang 0.5.23's parser names (the ``--reasoning-parser`` / ``--tool-call-parser`` choices)."""
+    name = _optional(section, key, "rollout.", str, "an SGLang parser name")
+    if name is not None and name not in known:
+        raise RecipeError(f"rollout.{key}", name, f"not an SGLang parser{did_you_mean(name, known)}; "
+                          f"known: {', '.join(known)}")  # fmt: skip
+    return name
+
+
 def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
-    params = {k: v for k, v in raw.items() if k not in _OWN_SAMPLING_KEYS}
-    for key in params:
-        _check_sampling_key(key)
+    params = _sampling_params("sampling.", {k: v for k, v in raw.items() if k not in _OWN_SAMPLING_KEYS})
     if params.get("max_new_tokens") is None:
         raise RecipeError(
             "sampling.max_new_tokens", params.get("max_new_tokens"),
             "required: an integer >= 1 (SGLang's default of 128 silently truncates)",
         )  # fmt: skip
-    for key, value in params.items():
-        _check_sampling_value(key, value)
-    params = {k: v for k, v in params.items() if v is not None}  # null: SGLang's default, not sent
-    minimum = params.get("min_new_tokens")
-    if isinstance(minimum, int) and minimum > params["max_new_tokens"]:
-        allowed = f"at most sampling.max_new_tokens ({params['max_new_tokens']}); SGLang refuses more"
-        raise RecipeError("sampling.min_new_tokens", minimum, allowed)
+    _check_min_new_tokens("sampling.", params)
     return SamplingConfig(
         params=params,
         samples_per_prompt=_get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1),
         seed=_get_int(raw, "seed", "sampling.", 0, minimum=0),
+        mixture=_parse_mixture(raw.get("mixture"), params),
     )
 
 
-def _check_sampling_key(key: str) -> None:
+def _sampling_params(prefix: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` checked key by key; nulls dropped (SGLang's default, not sent)."""
+    for key in params:
+        _check_sampling_key(key, prefix)
+    for key, value in params.items():
+        _check_sampling_value(key, value, prefix)
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _check_min_new_tokens(prefix: str, params: Mapping[str, Any]) -> None:
+    minimum = params.get("min_new_tokens")
+    if isinstance(minimum, int) and minimum > params["max_new_tokens"]:
+        allowed = f"at most max_new_tokens ({params['max_new_tokens']}); SGLang refuses more"
+        raise RecipeError(f"{prefix}min_new_tokens", minimum, allowed)
+
+
+def _parse_mixture(value: Any, base: Mapping[str, Any]) -> tuple[MixtureComponent, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or len(value) > MAX_MIXTURE:
+        raise RecipeError(
+            "sampling.mixture", value,
+            f"expected a list of 1 to {MAX_MIXTURE} components, e.g. [{{weight: 3, temperature: 0.7}}, "
+            "{weight: 1, temperature: 0, chat_template_kwargs: {enable_thinking: false}}]",
+        )  # fmt: skip
+    return tuple(_mixture_component(f"sampling.mixture[{i}].", c, base) for i, c in enumerate(value))
+
+
+def _mixture_component(prefix: str, raw: Any, base: Mapping[str, Any]) -> MixtureComponent:
+    if not isinstance(raw, dict):
+        raise RecipeError(prefix.rstrip("."), raw, "expected a mapping with a weight and what it changes")
+    weight: Any = raw.get("weight")
+    if not (_is_number(weight) and weight > 0):
+        raise RecipeError(f"{prefix}weight", weight, "required: a number > 0 (its share of the draws)")
+    params = _sampling_params(prefix, {k: v for k, v in raw.items() if k not in _MIXTURE_OWN_KEYS})
+    _check_min_new_tokens(prefix, {**base, **params})
+    kwargs = _get(raw, "chat_template_kwargs", prefix, dict, "a mapping", {})
+    effort = _optional(raw, "reasoning_effort", prefix, str, "low, medium, high or none")
+    return MixtureComponent(float(weight), params, dict(kwargs), effort)
+
+
+def _check_sampling_key(key: str, prefix: str = "sampling.") -> None:
     if key in MANAGED_SAMPLING_KEYS:
-        raise RecipeError(f"sampling.{key}", key, f"not settable: {MANAGED_SAMPLING_KEYS[key]}")
+        raise RecipeError(f"{prefix}{key}", key, f"not settable: {MANAGED_SAMPLING_KEYS[key]}")
     if key not in SGLANG_SAMPLING_DEFAULTS and key not in SGLANG_OPTIONAL_SAMPLING_KEYS:
-        allowed = sorted({*SGLANG_SAMPLING_DEFAULTS, *SGLANG_OPTIONAL_SAMPLING_KEYS, *_OWN_SAMPLING_KEYS})
+        own = _OWN_SAMPLING_KEYS if prefix == "sampling." else _MIXTURE_OWN_KEYS
+        allowed = sorted({*SGLANG_SAMPLING_DEFAULTS, *SGLANG_OPTIONAL_SAMPLING_KEYS, *own})
         hint = _SAMPLING_ALIASES.get(key) or did_you_mean(key, allowed)
         raise RecipeError(
-            f"sampling.{key}", key, f"not an SGLang sampling key{hint}; allowed: {', '.join(allowed)}"
+            f"{prefix}{key}", key, f"not an SGLang sampling key{hint}; allowed: {', '.join(allowed)}"
         )
 
 
@@ -537,12 +640,12 @@ _SAMPLING_ALIASES: Mapping[str, str] = {
 }
 
 
-def _check_sampling_value(key: str, value: Any) -> None:
+def _check_sampling_value(key: str, value: Any, prefix: str = "sampling.") -> None:
     if value is None and key in SGLANG_OPTIONAL_SAMPLING_DEFAULTS:
         return  # SGLang reads null as "use the default", as if the key were left out
     check = _SAMPLING_CHECKS.get(key)
     if check is not None and not check[0](value):
-        raise RecipeError(f"sampling.{key}", value, check[1])
+        raise RecipeError(f"{prefix}{key}", value, check[1])
 
 
 def _is_int(value: Any) -> bool:
@@ -650,9 +753,9 @@ def _choice(raw: Mapping[str, Any], key: str, prefix: str, allowed: Sequence[Any
 
 _TOP_KEYS = frozenset(
     {"name", "prompts", "model", "server", "sampling", "turns", "on_truncation", "license", "description",
-     "export"}
+     "export", "rollout"}
 )  # fmt: skip
-_SECTIONS = frozenset({"prompts", "model", "server", "sampling", "export"})
+_SECTIONS = frozenset({"prompts", "model", "server", "sampling", "export", "rollout"})
 _PROMPTS_KEYS = frozenset(PromptsConfig.__dataclass_fields__)
 _MODEL_KEYS = frozenset(ModelConfig.__dataclass_fields__)
 _SERVER_KEYS = frozenset(ServerConfig.__dataclass_fields__)
@@ -681,9 +784,11 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
             **dict(sampling.params),
             "samples_per_prompt": sampling.samples_per_prompt,
             "seed": sampling.seed,
+            **({"mixture": [c.to_dict() for c in sampling.mixture]} if sampling.mixture else {}),
         },
         "on_truncation": recipe.on_truncation,
         **_export_dict(recipe.export),
+        **({"rollout": asdict(recipe.rollout)} if recipe.turns == "rollout" else {}),
     }
 
 
@@ -708,8 +813,10 @@ def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
             "params": canonical_params(recipe.sampling.request_params()),
             "samples_per_prompt": recipe.sampling.samples_per_prompt,
             "seed": recipe.sampling.seed,
+            **_mixture_identity(recipe),
         },
         "on_truncation": recipe.on_truncation,
+        **_rollout_identity(recipe),
     }
 
 
@@ -721,7 +828,37 @@ def shaping_payload(recipe: Recipe) -> dict[str, Any]:
         "model": _model_identity(recipe),
         "params": canonical_params(recipe.sampling.request_params()),
         "seed": recipe.sampling.seed,
+        **_mixture_identity(recipe),
+        **_rollout_identity(recipe, shaping=True),
     }
+
+
+def _mixture_identity(recipe: Recipe) -> dict[str, Any]:
+    """The mixture as each component's resolved request (absent without one: fingerprints of
+    recipes that have none stay as they were)."""
+    if not recipe.sampling.mixture:
+        return {}
+    return {
+        "mixture": [
+            {
+                "weight": c.weight,
+                "params": canonical_params(recipe.sampling.request_params(c)),
+                "chat_template_kwargs": dict(c.chat_template_kwargs),
+                "reasoning_effort": c.reasoning_effort,
+            }
+            for c in recipe.sampling.mixture
+        ]
+    }
+
+
+def _rollout_identity(recipe: Recipe, *, shaping: bool = False) -> dict[str, Any]:
+    """The rollout section (absent unless ``turns: rollout``); ``shaping``: what shapes requests
+    (the parsers), not how rows are made of them (``merge``)."""
+    if recipe.turns != "rollout":
+        return {}
+    r = recipe.rollout
+    section: dict[str, Any] = {"reasoning_parser": r.reasoning_parser, "tool_call_parser": r.tool_call_parser}
+    return {"rollout": section if shaping else {**section, "merge": r.merge}}
 
 
 def canonical_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,9 @@ servers that cannot render, checked against the server on real conversations whe
 
 Generation points (``turns``): ``last`` is the final assistant message when the conversation ends
 with one (its prompt is the messages before it), else the end of the conversation. ``all`` is every
-assistant message, plus the end when the conversation does not end with an assistant message.
+assistant message, plus the end when the conversation does not end with an assistant message;
+``rollout`` has the points of ``all``, each prompted with the target's own earlier turns
+(:mod:`eagle3_raw.rollout`).
 ``PromptTurn.turn`` is the point's index in the message list. A point with no message before it is
 not a generation point; whether any other history is acceptable is the chat path's call: when it
 refuses, the conversation is a :class:`~eagle3_raw.errors.PromptFormatError`.
@@ -37,6 +39,8 @@ from eagle3_raw.recipe import Recipe, did_you_mean, is_hub_id, tokenizer_path
 if TYPE_CHECKING:
     import jinja2
     from transformers import PreTrainedTokenizerBase
+
+    from eagle3_raw.mixture import Choice
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,10 @@ class Renderer:
         self._template = resolve_template(self._tokenizer)
         self._kwargs = checked_kwargs(recipe.model.chat_template_kwargs)
         check_kwargs_are_read(read, self._kwargs, ignore=self._tokenizer.special_tokens_map)
+        for i, component in enumerate(recipe.sampling.mixture):
+            where = f"sampling.mixture[{i}].chat_template_kwargs"
+            kwargs = checked_kwargs(component.chat_template_kwargs, where)
+            check_kwargs_are_read(read, kwargs, ignore=self._tokenizer.special_tokens_map, where=where)
         dated = check_date(self._template, recipe.model.render_date)
         self._date = dated is not None
         if dated is not None:
@@ -107,8 +115,11 @@ class Renderer:
             ids |= _eos_ids_in(self._model_file(name))
         return frozenset(ids)
 
-    def render(self, conv: Conversation, only: Container[int] | None = None) -> list[PromptTurn]:
-        """One :class:`PromptTurn` per generation point (those in ``only``, if given), in message order.
+    def render(
+        self, conv: Conversation, only: Container[int] | None = None, choice: Choice | None = None
+    ) -> list[PromptTurn]:
+        """One :class:`PromptTurn` per generation point (those in ``only``, if given), in message order,
+        for a conversation drawn mixture component ``choice``.
 
         Raises :class:`PromptFormatError` when the chat path refuses the conversation or it has no
         generation point (a single assistant message).
@@ -118,25 +129,43 @@ class Renderer:
             message = f"row {conv.source_id!r}: nothing to generate (no message before the assistant turn)"
             raise PromptFormatError(message, row_id=conv.source_id, index=conv.index)
         wanted = [p for p in points if only is None or p in only]
-        return [PromptTurn(conv.index, conv.source_id, p, self.prompt_ids(conv, p)) for p in wanted]
+        return [
+            PromptTurn(conv.index, conv.source_id, p, self.prompt_ids(conv, p, choice=choice)) for p in wanted
+        ]
 
-    def chat_request(self, conv: Conversation, turn: int) -> dict[str, Any]:
+    def chat_request(
+        self, conv: Conversation, turn: int, *, choice: Choice | None = None,
+        history: Sequence[Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """The ``/tokenize`` body of generation point ``turn``: the chat request a client would send
-        (``messages``, and ``tools``, ``chat_template_kwargs``, ``reasoning_effort`` when set)."""
-        body: dict[str, Any] = {"messages": [dict(m) for m in conv.messages[:turn]]}
+        (``messages``, and ``tools``, ``chat_template_kwargs``, ``reasoning_effort`` when set).
+
+        ``choice``: the conversation's mixture component (its keywords over the model's);
+        ``history``: the messages sent (a rollout's own turns) instead of the source's before ``turn``.
+        """
+        messages = conv.messages[:turn] if history is None else history
+        body: dict[str, Any] = {"messages": [dict(m) for m in messages]}
         if conv.tools:
             body["tools"] = [dict(t) for t in conv.tools]
-        if self._kwargs:
-            body["chat_template_kwargs"] = dict(self._kwargs)
-        if self._model.reasoning_effort is not None:
-            body["reasoning_effort"] = self._model.reasoning_effort
+        kwargs = {**self._kwargs, **(choice.component.chat_template_kwargs if choice is not None else {})}
+        if kwargs:
+            body["chat_template_kwargs"] = kwargs
+        effort = self._model.reasoning_effort
+        if choice is not None and choice.component.reasoning_effort is not None:
+            effort = choice.component.reasoning_effort
+        if effort is not None:
+            body["reasoning_effort"] = effort
         return body
 
-    def prompt_ids(self, conv: Conversation, turn: int) -> list[int]:
-        """The prompt ids of generation point ``turn``, as the server's chat path would make them."""
+    def prompt_ids(
+        self, conv: Conversation, turn: int, *, choice: Choice | None = None,
+        history: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:  # fmt: skip
+        """The prompt ids of generation point ``turn`` (see :meth:`chat_request`), as the server's
+        chat path would make them."""
         from eagle3_raw.chatpath import ChatRequestError, render_prompt_ids
 
-        body = self.chat_request(conv, turn)
+        body = self.chat_request(conv, turn, choice=choice, history=history)
         options = {
             "chat_template_kwargs": body.get("chat_template_kwargs"),
             "reasoning_effort": body.get("reasoning_effort"),
@@ -193,7 +222,7 @@ def generation_points(messages: Sequence[Mapping[str, Any]], turns: str) -> list
     ends_with_assistant = bool(assistants) and assistants[-1] == len(messages) - 1
     if turns == "last":
         points = [assistants[-1]] if ends_with_assistant else [len(messages)]
-    else:
+    else:  # all, rollout (where the source's assistant turns are the points the target replaces)
         points = assistants if ends_with_assistant else [*assistants, len(messages)]
     return [p for p in points if p > 0]
 
@@ -250,15 +279,13 @@ CHAT_PATH_KEYWORDS = frozenset(
 )  # fmt: skip
 
 
-def checked_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """``chat_template_kwargs``, refused if one would collide with what the chat path passes itself.
-    Keywords a tokenizer's own ``apply_chat_template`` declares (Kimi's ``thinking``) are fine: SGLang
-    passes them through too."""
+def checked_kwargs(kwargs: Mapping[str, Any], where: str = "model.chat_template_kwargs") -> dict[str, Any]:
+    """``chat_template_kwargs`` (the recipe field ``where``), refused if one would collide with what
+    the chat path passes itself. Keywords a tokenizer's own ``apply_chat_template`` declares (Kimi's
+    ``thinking``) are fine: SGLang passes them through too."""
     clashes = sorted(CHAT_PATH_KEYWORDS.intersection(kwargs))
     if clashes:
-        raise RecipeError(
-            "model.chat_template_kwargs", dict(kwargs), f"{', '.join(clashes)}: set by the chat path itself"
-        )
+        raise RecipeError(where, dict(kwargs), f"{', '.join(clashes)}: set by the chat path itself")
     return dict(kwargs)
 
 
@@ -372,7 +399,10 @@ def _compile(text: str) -> jinja2.Template:
     return _compile_jinja_template(text)  # type: ignore[no-any-return]
 
 
-def check_kwargs_are_read(read: frozenset[str], kwargs: Mapping[str, Any], *, ignore: Container[str]) -> None:
+def check_kwargs_are_read(
+    read: frozenset[str], kwargs: Mapping[str, Any], *, ignore: Container[str],
+    where: str = "model.chat_template_kwargs",
+) -> None:  # fmt: skip
     """RecipeError on ``model.chat_template_kwargs`` naming each keyword the template never reads
     (``enable_thinkin``), with a did-you-mean among the ones it does read (``read``, from
     :func:`template_variables`; names in ``ignore``, the special tokens, are not offered).
@@ -387,7 +417,7 @@ def check_kwargs_are_read(read: frozenset[str], kwargs: Mapping[str, Any], *, ig
         f"the chat template never reads {', '.join(map(repr, unread))}{hints}; "
         f"the keywords it reads: {', '.join(offered) or 'none'}"
     )
-    raise RecipeError("model.chat_template_kwargs", dict(kwargs), allowed)
+    raise RecipeError(where, dict(kwargs), allowed)
 
 
 _SET_BY_US = frozenset({"messages", "tools", "documents", "add_generation_prompt"})

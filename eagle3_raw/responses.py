@@ -12,7 +12,7 @@ row in the journal that the Arrow conversion, a resume or ``merge`` would choke 
   speculative-decoding server that overshot its stop, sglang#31599);
 - ``prompt_tokens`` equals the ids sent (a server that truncates prompts is refused for the row);
 - the meta kept for the row (:data:`KEPT_META`) has the type of its column: ints within int32,
-  finite non-negative latency, a short string.
+  finite non-negative latency, a short string; ``text`` (the server's decode) is a string or null.
 
 A failed check is :class:`InvalidResponse` (retried, then recorded as failed; never a row).
 """
@@ -46,6 +46,8 @@ class Generation:
     output_ids: list[int]
     finish_reason: str
     meta: Mapping[str, Any]
+    text: str | None = None
+    """The server's own decode of the output (what its chat API parses); None when it sent none."""
 
 
 def check_response(
@@ -79,7 +81,11 @@ def check_response(
     if len(input_ids) > 1 and output_ids[: len(input_ids)] == list(input_ids):
         raise InvalidResponse(f"response from {url} echoes the prompt in output_ids", url=url)
     _check_stop(meta["finish_reason"], output_ids, url)
-    return Generation(output_ids, finish, {**kept, "endpoint": public_url(url)})
+    text = result.get("text")
+    if text is not None and not isinstance(text, str):
+        shown = printable(repr(text), limit=80)
+        raise InvalidResponse(f"{url}: text is {shown}; expected a string or null", url=url)
+    return Generation(output_ids, finish, {**kept, "endpoint": public_url(url)}, text)
 
 
 def _finish_reason(meta: Mapping[str, Any], url: str) -> str:

@@ -1,8 +1,15 @@
 """One row per generation: the schema of the set, and the row as the run produces it.
 
 ``input_ids`` is the prompt ids exactly as sent followed by ``output_ids`` exactly as returned:
-nothing is decoded or re-tokenized. ``loss_mask`` is 0 over the prompt and 1 over the generated
-ids (the stop token included).
+nothing is decoded or re-tokenized. ``loss_mask`` is 1 over the generated ids (the stop token
+included) and 0 elsewhere; ``spans`` say where the generated ids are (``turn``: the message index
+of the generation point, ``start``/``end``: positions in ``input_ids``).
+
+``kind`` says what a row is: ``turn`` (one generation point of the source's history, ``turns: last``
+or ``all``), ``rollout`` (one turn of a rollout, its history the target's own earlier turns) or
+``merged`` (a whole rollout in one row: the last turn's sequence, which holds every earlier turn
+verbatim, with a span per turn; ``turn`` is its last turn). ``mixture`` is the sampling mixture
+component the conversation was drawn (its index and what it sets, as JSON), null without one.
 """
 
 from __future__ import annotations
@@ -37,9 +44,25 @@ class RowKey:
     sample: int
 
 
+KINDS = ("turn", "rollout", "merged")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where one turn's generated ids are in a row's ``input_ids`` (``start`` inclusive, ``end`` not)."""
+
+    turn: int
+    start: int
+    end: int
+
+
 @dataclass(frozen=True)
 class Row:
-    """A finished generation, as journaled and as stored in the set."""
+    """A finished generation (or a merged rollout), as journaled and as stored in the set.
+
+    ``spans`` default to one: the output after the prompt. A merged row's ``prompt_ids`` are its
+    last turn's prompt (holding the earlier turns), ``output_ids`` that turn's output.
+    """
 
     key: RowKey
     source_id: str
@@ -48,32 +71,54 @@ class Row:
     finish_reason: str
     sampling_seed: int
     meta: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "turn"
+    spans: tuple[Span, ...] = ()
+    mixture: Mapping[str, Any] | None = None
 
     @property
     def id(self) -> str:
-        """Stable row id: source id + turn + sample."""
+        """Stable row id: source id + turn + sample (``merged`` rows: ``<source id>:merged:<sample>``)."""
+        if self.kind == "merged":
+            return merged_row_id(self.source_id, self.key.sample)
         return row_id(self.source_id, self.key.turn, self.key.sample)
+
+    @property
+    def generated(self) -> tuple[Span, ...]:
+        """The spans of generated ids (one after the prompt unless given)."""
+        n = len(self.prompt_ids)
+        return self.spans or (Span(self.key.turn, n, n + len(self.output_ids)),)
 
     def to_record(self) -> dict[str, Any]:
         """The row in the set's schema (``input_ids``, ``loss_mask``, ``prompt_len``, ...)."""
-        prompt_len = len(self.prompt_ids)
+        input_ids = [*self.prompt_ids, *self.output_ids]
+        mask = [0] * len(input_ids)
+        for span in self.generated:
+            mask[span.start : span.end] = [1] * (span.end - span.start)
         return {
             "id": self.id,
             "source_id": self.source_id,
             "turn": self.key.turn,
             "sample": self.key.sample,
-            "input_ids": [*self.prompt_ids, *self.output_ids],
-            "loss_mask": [0] * prompt_len + [1] * len(self.output_ids),
-            "prompt_len": prompt_len,
+            "input_ids": input_ids,
+            "loss_mask": mask,
+            "prompt_len": self.generated[0].start,
             "finish_reason": self.finish_reason,
             "sampling_seed": self.sampling_seed,
             "meta": {name: self.meta.get(name) for name in META_FIELDS},
+            "kind": self.kind,
+            "spans": [{"turn": s.turn, "start": s.start, "end": s.end} for s in self.generated],
+            "mixture": dict(self.mixture) if self.mixture is not None else None,
         }
 
 
 def row_id(source_id: str, turn: int, sample: int) -> str:
     """The id of the row generated for ``source_id``'s assistant turn ``turn``, sample ``sample``."""
     return f"{source_id}:{turn}:{sample}"
+
+
+def merged_row_id(source_id: str, sample: int) -> str:
+    """The id of the merged row of ``source_id``'s rollout ``sample``."""
+    return f"{source_id}:merged:{sample}"
 
 
 def arrow_schema() -> pa.Schema:
@@ -93,8 +138,18 @@ def arrow_schema() -> pa.Schema:
             pa.field("finish_reason", pa.string()),
             pa.field("sampling_seed", pa.int64()),
             pa.field("meta", meta),
+            pa.field("kind", pa.string()),
+            pa.field("spans", pa.list_(span_type())),
+            pa.field("mixture", pa.struct([pa.field("index", pa.int32()), pa.field("choice", pa.string())])),
         ]
     )
+
+
+def span_type() -> pa.DataType:
+    """The Arrow type of one :class:`Span`."""
+    import pyarrow as pa
+
+    return pa.struct([pa.field(name, pa.int32()) for name in ("turn", "start", "end")])
 
 
 def features() -> datasets.Features:

@@ -31,7 +31,7 @@ from eagle3_raw.endpoints import Endpoint, EndpointPool
 from eagle3_raw.errors import FatalError, Interrupted, RecipeError, ServerUnreachable, SourceError
 from eagle3_raw.feed import JobFeed, gather_or_fail
 from eagle3_raw.identity import Target, code_digest, set_config_id
-from eagle3_raw.plan import KeySet, Pending, Planner, Shard
+from eagle3_raw.plan import KeySet, Planner, Shard, planned_rows
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.redact import scrub
 from eagle3_raw.runtime import open_file_budget, run_sync, signals_cancel
@@ -265,11 +265,18 @@ class _Build:
         index = journal.generation_index()
         done = journal.done_keys(index)
         failed = journal.failed_keys(done)
+        ended = journal.failed_keys(done, ("ended",))
         shard = self.options.shard
         self.stats.replayed = int(np.count_nonzero((done >> 24) % shard.count == shard.index))  # this shard's
-        exclude = KeySet(np.union1d(done, failed))
+        exclude = KeySet(np.union1d(np.union1d(done, failed), ended))
         return Planner(
-            self.recipe, renderer, self.target, shard=self.options.shard, exclude=exclude, index=index
+            self.recipe,
+            renderer,
+            self.target,
+            shard=shard,
+            exclude=exclude,
+            index=index,
+            failed=KeySet(failed),
         )
 
     async def _dispatch(
@@ -279,6 +286,10 @@ class _Build:
         feed = JobFeed(self.stop, maxsize=max(4 * _CHUNK, 2 * capacity))
         self.display.start(self.recipe.name)
         renders = RENDERS_IN_FLIGHT if self.target.render == "server" else 0  # their workers wait on renders
+        if (
+            self.recipe.turns == "rollout"
+        ):  # a rollout's slot idles while its next prompt is made: more of them
+            renders += capacity
         workers = [asyncio.create_task(dispatcher.work(feed)) for _ in range(capacity + renders)]
         ticker = asyncio.create_task(self._tick(pool))
         loop = asyncio.get_running_loop()
@@ -307,7 +318,7 @@ class _Build:
         counting = False
         for item in planner.plan(iter_conversations(self.recipe, hub_revision=hub_revision)):
             chunk.append(item)
-            self.stats.note_planned(item.key.index, len(item.keys) if isinstance(item, Pending) else 1)
+            self.stats.note_planned(item.key.index, planned_rows(item))
             if len(chunk) >= _CHUNK or feed.hungry.is_set():
                 if not feed.put_threadsafe(chunk, loop):
                     return
@@ -336,18 +347,20 @@ class _Build:
     def _counts(self) -> dict[str, Any]:
         s = self.stats
         return {
-            "keys": s.replayed + (s.planned or 0),
+            "keys": s.replayed + (s.planned or 0) - s.blocked,
             "planned": s.planned,
             "rows": s.rows,
             "reused": s.reused,
             "failed": s.failed,
             "skipped": s.skipped,
+            "ended": s.ended,
+            "blocked": s.blocked,
             "replayed": s.replayed,
         }
 
     def _check_every_row_has_an_outcome(self) -> None:
         s = self.stats
-        outcomes = s.rows + s.reused + s.failed + s.skipped
+        outcomes = s.rows + s.reused + s.failed + s.skipped + s.ended + s.blocked
         if outcomes != s.planned:
             raise FatalError(
                 f"internal error: {s.planned} rows were planned but {outcomes} have an outcome; "

@@ -36,8 +36,8 @@ from eagle3_raw.responses import Generation, check_response
 
 __all__ = [
     "SERVER_INFO_KEYS", "AuthError", "EndpointNotFound", "Generation", "Redirected", "ServerIdentity",
-    "abort", "check_response", "error_message", "generate", "get_json", "health", "new_session",
-    "server_identity", "tokenize",
+    "ToolCall", "abort", "check_response", "error_message", "generate", "get_json", "health", "new_session",
+    "parse_function_call", "separate_reasoning", "server_identity", "tokenize", "tokenize_chat",
 ]  # fmt: skip
 
 SERVER_INFO_KEYS = (
@@ -404,3 +404,59 @@ async def abort(session: aiohttp.ClientSession, url: str, rid: str, timeout: flo
                 await _read_prefix(response, limits.ERROR_BODY_BYTES)
     except (TimeoutError, aiohttp.ClientError):
         pass
+
+
+# --- the chat API's output parsers (sglang-protocol.md §14.2) ---------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call ``/parse_function_call`` found: the tool's name and its arguments as a JSON string."""
+
+    name: str
+    parameters: str
+
+
+async def separate_reasoning(
+    session: aiohttp.ClientSession, url: str, text: str, parser: str, timeout: float
+) -> tuple[str, str]:
+    """``(reasoning_text, text)`` of a generated ``text`` as the server's reasoning ``parser``
+    splits it (``/separate_reasoning``), exactly as its chat API does for a completion."""
+    result = await _parse_post(session, url, "separate_reasoning", {"text": text, "reasoning_parser": parser},
+                               len(text), timeout)  # fmt: skip
+    reasoning, rest = result.get("reasoning_text"), result.get("text")
+    if not isinstance(reasoning, str | None) or not isinstance(rest, str):
+        raise InvalidResponse(f"{public_url(url)}/separate_reasoning returned no texts", url=public_url(url))
+    return reasoning or "", rest
+
+
+async def parse_function_call(
+    session: aiohttp.ClientSession, url: str, text: str, tools: Sequence[Mapping[str, Any]], parser: str,
+    timeout: float,
+) -> tuple[str, list[ToolCall]]:  # fmt: skip
+    """``(normal_text, calls)`` of ``text`` as the server's tool-call ``parser`` reads it against
+    ``tools`` (``/parse_function_call``)."""
+    body = {"text": text, "tools": [dict(t) for t in tools], "tool_call_parser": parser}
+    result = await _parse_post(session, url, "parse_function_call", body, len(text), timeout)
+    normal, calls = result.get("normal_text"), result.get("calls")
+    where = f"{public_url(url)}/parse_function_call"
+    if not isinstance(normal, str) or not isinstance(calls, list):
+        raise InvalidResponse(f"{where} returned no normal_text and calls", url=where)
+    return normal, [_tool_call(call, where) for call in calls]
+
+
+def _tool_call(call: Any, where: str) -> ToolCall:
+    name = call.get("name") if isinstance(call, dict) else None
+    parameters = call.get("parameters") if isinstance(call, dict) else None
+    if not isinstance(name, str) or not isinstance(parameters, str):
+        raise InvalidResponse(f"{where} returned a call without a name and parameters", url=where)
+    return ToolCall(name, parameters)
+
+
+async def _parse_post(
+    session: aiohttp.ClientSession, url: str, route: str, body: Mapping[str, Any], size: int, timeout: float
+) -> Mapping[str, Any]:
+    where = f"{public_url(url)}/{route}"
+    cap = limits.response_cap(size, 0)
+    payload = await _post(session, f"{url}/{route}", orjson.dumps(dict(body)), timeout, cap=cap, shown=where)
+    return _decode_object(payload, where)

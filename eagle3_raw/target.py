@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,11 @@ def check_same_model(identities: Sequence[ServerIdentity]) -> None:
 
 def reference_target(launch_args: Sequence[str]) -> Target:
     """The target of a reference server launched with ``launch_args`` (computed, not started)."""
+    return target_of([reference_identity(launch_args)], "reference")
+
+
+def reference_identity(launch_args: Sequence[str]) -> ServerIdentity:
+    """What a reference server launched with ``launch_args`` will report (computed, not started)."""
     from eagle3_raw.reference.identity import reported_identity
     from eagle3_raw.sglang import identity_from
 
@@ -70,7 +75,21 @@ def reference_target(launch_args: Sequence[str]) -> Target:
         model_info, server_info, max_model_len = reported_identity(launch_args)
     except ValueError as exc:
         raise RecipeError("server.launch_args", list(launch_args), str(exc)) from exc
-    return target_of([identity_from("reference", model_info, server_info, max_model_len)], "reference")
+    return identity_from("reference", model_info, server_info, max_model_len)
+
+
+def with_rollout_parsers(recipe: Recipe, target: Target, server_info: Mapping[str, Any]) -> Target:
+    """For ``turns: rollout``: ``target`` with the parsers that split the target's turns, the
+    recipe's ``rollout`` names or else those the server's chat API uses (``/server_info``)."""
+    if recipe.turns != "rollout":
+        return target
+    reasoning = recipe.rollout.reasoning_parser or _name(server_info.get("reasoning_parser"))
+    tools = recipe.rollout.tool_call_parser or _name(server_info.get("tool_call_parser"))
+    return target.with_parsers(reasoning, tools)
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -> Target:
@@ -80,12 +99,18 @@ def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -
     from eagle3_raw.runtime import run_sync
 
     if recipe.server.launch == "reference":
-        target = reference_target(recipe.server.launch_args)
-        skipped = "--skip-tokenizer-init" in recipe.server.launch_args
-        return choose_render(recipe, target, "it runs with --skip-tokenizer-init" if skipped else "")
+        identity = reference_identity(recipe.server.launch_args)
+        cannot = (
+            "it runs with --skip-tokenizer-init"
+            if "--skip-tokenizer-init" in recipe.server.launch_args
+            else ""
+        )
+        target = choose_render(recipe, target_of([identity], "reference"), cannot)
+        return with_rollout_parsers(recipe, target, identity.server_info)
     identities, errors, cannot = run_sync(lambda: _ask(recipe, api_key))
     if identities:
-        return choose_render(recipe, target_of(identities), cannot)
+        target = choose_render(recipe, target_of(identities), cannot)
+        return with_rollout_parsers(recipe, target, identities[0].server_info)
     recorded = recorded_target(recipe, journal_root)
     if recorded is None:
         raise ServerUnreachable(

@@ -43,8 +43,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 OUTCOME_LOG = LogKind(MAGIC_OUTCOME, OUT_FIXED.size, outcome_keys)
-FAILURE_KINDS = ("failed", "skipped")
-"""``failed``: may succeed if tried again (``--retry-failed``); ``skipped``: the prompt is unusable."""
+FAILURE_KINDS = ("failed", "skipped", "ended")
+"""``failed``: may succeed if tried again (``--retry-failed``); ``skipped``: the prompt is unusable;
+``ended``: a rollout turn not made because the rollout ended before it (the reason says why)."""
 _NO_DIGEST = bytes(16)
 
 

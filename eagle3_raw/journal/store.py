@@ -14,10 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.journal.assembly import Pair, merged_groups, to_row, to_table
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
-from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Generation, Outcome
+from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
-from eagle3_raw.rows import META_FIELDS, Row, RowKey, arrow_schema, row_id
+from eagle3_raw.rows import Row, RowKey, arrow_schema
 
 if TYPE_CHECKING:
     import numpy as np
@@ -168,13 +169,16 @@ class Journal:
         entries = self.sets.entries()
         return np.union1d(self.done_keys(), entries.packed[entries.kind == FAILURE])
 
-    def failed_keys(self, done: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """Packed keys whose current failure is ``failed`` (not asked again unless --retry-failed)."""
+    def failed_keys(
+        self, done: npt.NDArray[np.int64], kinds: tuple[str, ...] = ("failed",)
+    ) -> npt.NDArray[np.int64]:
+        """Packed keys whose current failure is of one of ``kinds`` (``failed``: not asked again
+        unless --retry-failed; ``ended``: a rollout's turns after its end)."""
         import numpy as np
 
         from eagle3_raw.journal.sets import pack_key
 
-        failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] == "failed"]
+        failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] in kinds]
         return np.unique(np.array(failed, np.int64))
 
     # --- reading -----------------------------------------------------------------------------------
@@ -203,16 +207,17 @@ class Journal:
         """Every row once, in key order, as tables in ``rows.arrow_schema()``; no server needed.
 
         Tables hold at most ``batch_rows`` rows (fewer if their ids are very many). Memory: ~60 bytes
-        per outcome and per generation for the snapshots, plus one batch.
+        per outcome and per generation for the snapshots, plus one batch (and one source row's
+        turns for a rollout set).
         """
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
         schema = arrow_schema()
-        batch: list[tuple[Outcome, Generation]] = []
+        batch: list[list[Pair]] = []
         ids = 0
-        for outcome, location in self._rows():
-            batch.append((outcome, self.generations.read(location)))
-            ids += len(batch[-1][1].ids) // 4
+        for group in self._groups():
+            batch.append(group)
+            ids += len(group[-1][1].ids) // 4
             if len(batch) >= batch_rows or ids >= _MAX_BATCH_IDS:
                 yield to_table(batch, schema)
                 batch, ids = [], 0
@@ -221,8 +226,24 @@ class Journal:
 
     def iter_rows(self) -> Iterator[Row]:
         """Every row once, in key order, as :class:`~eagle3_raw.rows.Row`."""
-        for outcome, location in self._rows():
-            yield to_row(outcome, self.generations.read(location))
+        for group in self._groups():
+            yield to_row(group)
+
+    def _groups(self) -> Iterator[list[Pair]]:
+        """The set's rows as groups of (outcome, generation): merged rollouts together."""
+        pairs = ((outcome, self.generations.read(location)) for outcome, location in self._rows())
+        if self.merges_rollouts:
+            yield from merged_groups(pairs)
+        else:
+            yield from ([pair] for pair in pairs)
+
+    @property
+    def merges_rollouts(self) -> bool:
+        """Whether this set makes one row of each rollout that keeps its history verbatim."""
+        recipe = self.manifest.get("recipe") or {}
+        return (
+            recipe.get("turns") == "rollout" and (recipe.get("rollout") or {}).get("merge", "auto") == "auto"
+        )
 
     def failures(self) -> list[dict[str, Any]]:
         """The current failure of every key that has one and no row, in key order."""
@@ -272,65 +293,6 @@ class Journal:
         finally:
             os.close(fd)
         return n_prompt, n_output, str(info["finish_reason"])
-
-
-def row_meta(outcome: Outcome, generation: Generation) -> dict[str, Any]:
-    """The ``meta`` column of a row: the generation's server facts, the ``max_new_tokens`` sent, attempts."""
-    meta = dict(generation.info.get("meta") or {})
-    meta["max_new_tokens"] = (generation.info.get("sampling_params") or {}).get("max_new_tokens")
-    meta["attempts"] = outcome.info.get("attempts")
-    return {name: meta.get(name) for name in META_FIELDS}
-
-
-def to_row(outcome: Outcome, generation: Generation) -> Row:
-    return Row(
-        key=RowKey(outcome.index, outcome.turn, outcome.sample),
-        source_id=str(outcome.info["source_id"]),
-        prompt_ids=generation.prompt_ids(),
-        output_ids=generation.output_ids(),
-        finish_reason=str(generation.info["finish_reason"]),
-        sampling_seed=int(outcome.info["sampling_seed"]),
-        meta=row_meta(outcome, generation),
-    )
-
-
-def to_table(batch: list[tuple[Outcome, Generation]], schema: pa.Schema) -> pa.Table:
-    """``batch`` as one table in ``schema``; the ids of all rows go in as one buffer."""
-    import sys
-    from array import array
-
-    import pyarrow as pa
-
-    from eagle3_raw.journal.records import native_ints
-
-    columns: dict[str, list[Any]] = {
-        "id": [row_id(str(o.info["source_id"]), o.turn, o.sample) for o, _ in batch],
-        "source_id": [str(o.info["source_id"]) for o, _ in batch],
-        "turn": [o.turn for o, _ in batch],
-        "sample": [o.sample for o, _ in batch],
-        "prompt_len": [g.n_prompt for _, g in batch],
-        "finish_reason": [str(g.info["finish_reason"]) for _, g in batch],
-        "sampling_seed": [int(o.info["sampling_seed"]) for o, _ in batch],
-        "meta": [row_meta(o, g) for o, g in batch],
-    }
-    arrays = {name: pa.array(values, schema.field(name).type) for name, values in columns.items()}
-    lengths = array("i", [0])
-    for _, generation in batch:
-        lengths.append(lengths[-1] + len(generation.ids) // 4)
-    offsets = pa.Array.from_buffers(pa.int32(), len(lengths), [None, pa.py_buffer(lengths)])
-    ids = b"".join(g.ids for _, g in batch)
-    ids = ids if sys.byteorder == "little" else native_ints(ids).tobytes()
-    mask = b"".join(b"\0" * g.n_prompt + b"\1" * g.n_output for _, g in batch)
-    arrays["input_ids"] = _list_array(offsets, ids, pa.int32())
-    arrays["loss_mask"] = _list_array(offsets, mask, pa.int8())
-    return pa.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
-
-
-def _list_array(offsets: pa.Array, data: bytes, kind: pa.DataType) -> pa.Array:
-    import pyarrow as pa
-
-    values = pa.Array.from_buffers(kind, len(data) // kind.byte_width, [None, pa.py_buffer(data)])
-    return pa.ListArray.from_arrays(offsets, values)
 
 
 __all__ = ["ROW", "Entries", "Journal", "journal_root", "set_dir"]
