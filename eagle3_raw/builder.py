@@ -30,7 +30,8 @@ from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, resolve, run
 
 log = logging.getLogger("eagle3_raw")
 
-VERSION = datasets.Version("1.0.0")
+VERSION = datasets.Version("1.1.0")
+"""The rows' schema version (1.1: ``kind``, ``spans``, ``mixture``); a cached set of another is rebuilt."""
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(

@@ -331,11 +331,12 @@ def _prompts_context(recipe: Mapping[str, Any], manifest: Mapping[str, Any]) -> 
 
 def _sampling_context(sampling: Mapping[str, Any], sent: Mapping[str, Any] | None) -> dict[str, Any]:
     """The ``sampling_params`` every request carried (the recipe's, defaults made explicit)."""
-    params = sent or {k: v for k, v in sampling.items() if k not in ("samples_per_prompt", "seed")}
+    params = sent or {k: v for k, v in sampling.items() if k not in ("samples_per_prompt", "seed", "mixture")}
     return {
         "params": params,
         "seed": sampling.get("seed", 0),
         "samples_per_prompt": sampling.get("samples_per_prompt", 1),
+        "mixture": list(sampling.get("mixture") or []),
     }
 
 

@@ -463,8 +463,10 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
         lost = totals["tokens_by_reason"]["length"]
         prompt_tokens -= lost["prompt_tokens"]
         generated_tokens -= lost["generated_tokens"]
+    rollouts = totals.get("rollouts")
+    rows = sum(rollouts["rows"].values()) if rollouts is not None else totals["rows"]
     return Summary(
-        rows=totals["rows"] - dropped,
+        rows=rows - dropped,
         prompt_tokens=prompt_tokens,
         generated_tokens=generated_tokens,
         finish_reasons=reasons,
@@ -476,6 +478,8 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
         run_rows=stats.rows,
         run_reused=stats.reused,
         journal=str(journal.directory),
+        rollouts=rollouts,
+        mixture=totals.get("mixture"),
     )
 
 

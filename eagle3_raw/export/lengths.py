@@ -144,14 +144,19 @@ def apply(table: pa.Table, measured: Measured, max_length: int, overflow: Overfl
 
 
 def extend_boundary(mask: pa.ChunkedArray | pa.Array, prompt_len: np.ndarray) -> pa.Array:
-    """``mask`` with position ``prompt_len - 1`` set to 1 in every row (the SpecForge 885 variant)."""
+    """``mask`` with position ``prompt_len - 1`` set to 1 in every row (the SpecForge 885 variant),
+    and the position before every other generated span of a row (a merged rollout's later turns)."""
     import pyarrow as pa
 
     values, offsets = flat_values(mask)
+    original = values
     values = values.copy()
     lengths = np.diff(offsets)
     rows = (prompt_len >= 1) & (prompt_len <= lengths)
     values[offsets[:-1][rows] + prompt_len[rows] - 1] = 1
+    starts = np.flatnonzero((original[1:] == 1) & (original[:-1] == 0)) + 1  # a span starts at each
+    starts = starts[~np.isin(starts, offsets[:-1])]  # never the first id of a row
+    values[starts - 1] = 1
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int8()))
 
 

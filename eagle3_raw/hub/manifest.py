@@ -105,6 +105,7 @@ def _counts(recipe: Recipe, scan: SetScan, stats: Mapping[str, Any] | None) -> d
         "dropped_truncated": journaled_length if recipe.on_truncation == "drop" else 0,
         "skipped": _reasons(failures.get("skipped") or {}),
         "failed": _reasons(failures.get("failed") or {}),
+        **{key: (stats or {})[key] for key in ("rollouts", "mixture") if (stats or {}).get(key) is not None},
     }
 
 

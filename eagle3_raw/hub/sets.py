@@ -37,11 +37,8 @@ class SetScan:
     finish_reasons: Mapping[str, int]
     prompt_lengths: np.ndarray
     total_lengths: np.ndarray
-
-    @property
-    def generated_lengths(self) -> np.ndarray:
-        generated: np.ndarray = self.total_lengths - self.prompt_lengths
-        return generated
+    generated_lengths: np.ndarray
+    """Ids under the loss mask (a merged rollout's every turn, not what follows its first prompt)."""
 
     def length_stats(self) -> dict[str, dict[str, float | int]]:
         return {
@@ -55,14 +52,27 @@ def scan_set(dataset: datasets.Dataset) -> SetScan:
     """Lengths and finish reasons of every row, read in Arrow batches (ids are never materialized)."""
     import pyarrow.compute as pc
 
+    from eagle3_raw.export.lengths import flat_values
+
     prompts: list[np.ndarray] = []
     totals: list[np.ndarray] = []
+    generated: list[np.ndarray] = []
     reasons: Counter[str] = Counter()
-    for table in arrow_batches(dataset, ["input_ids", "prompt_len", "finish_reason"]):
+    for table in arrow_batches(dataset, ["input_ids", "loss_mask", "prompt_len", "finish_reason"]):
         totals.append(pc.list_value_length(table["input_ids"]).to_numpy(zero_copy_only=False))
         prompts.append(table["prompt_len"].to_numpy(zero_copy_only=False))
+        generated.append(_masked(*flat_values(table["loss_mask"])))
         reasons.update(table["finish_reason"].to_pylist())
-    return SetScan(len(dataset), dict(reasons), _joined(prompts), _joined(totals))
+    return SetScan(len(dataset), dict(reasons), _joined(prompts), _joined(totals), _joined(generated))
+
+
+def _masked(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row, how many of its ids are under the mask."""
+    import numpy as np
+
+    sums = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+    counts: np.ndarray = sums[offsets[1:]] - sums[offsets[:-1]]
+    return counts
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

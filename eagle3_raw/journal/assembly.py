@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eagle3_raw.journal.records import Generation, Outcome, native_ints
 from eagle3_raw.rows import META_FIELDS, Row, RowKey, Span, merged_row_id, row_id
@@ -23,15 +24,16 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 Pair = tuple[Outcome, Generation]
+T = TypeVar("T")
 
 _SUMMED = ("completion_tokens", "cached_tokens", "e2e_latency", "attempts")
 """Meta fields a merged row adds up over its turns (the others are its last turn's)."""
 
 
-def merged_groups(pairs: Iterable[Pair]) -> Iterator[list[Pair]]:
-    """``pairs`` (in key order) as rows: each merged rollout one group, every other pair alone;
-    rows in key order (a merged row at its last turn)."""
-    current: list[Pair] = []
+def merged_groups(pairs: Iterable[tuple[Outcome, T]]) -> Iterator[list[tuple[Outcome, T]]]:
+    """``pairs`` (in key order; only their outcomes are read) as rows: each merged rollout one
+    group, every other pair alone; rows in key order (a merged row at its last turn)."""
+    current: list[tuple[Outcome, T]] = []
     for pair in pairs:
         if current and pair[0].index != current[0][0].index:
             yield from _source_row(current)
@@ -41,15 +43,43 @@ def merged_groups(pairs: Iterable[Pair]) -> Iterator[list[Pair]]:
         yield from _source_row(current)
 
 
-def _source_row(pairs: list[Pair]) -> list[list[Pair]]:
-    by_sample: dict[int, list[Pair]] = {}
+def _source_row(pairs: list[tuple[Outcome, T]]) -> list[list[tuple[Outcome, T]]]:
+    by_sample: dict[int, list[tuple[Outcome, T]]] = {}
     for pair in pairs:
         by_sample.setdefault(pair[0].sample, []).append(pair)
-    groups: list[list[Pair]] = []
+    groups: list[list[tuple[Outcome, T]]] = []
     for turns in by_sample.values():
         merges = len(turns) > 1 and all(o.info.get("continues") is True for o, _ in turns[1:])
         groups.extend([turns] if merges else [[pair] for pair in turns])
     return sorted(groups, key=lambda g: (g[-1][0].turn, g[-1][0].sample))
+
+
+def rollout_stats(
+    outcomes: Sequence[Outcome], failures: Sequence[Mapping[str, Any]], *, merges: bool
+) -> dict[str, Any]:
+    """What a rollout set holds: ``rollouts`` (conversation samples with a turn), ``source_rows``,
+    ``turns`` {turns generated: rollouts}, ``ended`` {reason: rollouts that ended before their last
+    turn, by the first word of the reason}, ``rows`` {kind: rows of the set}."""
+    turns = Counter((o.index, o.sample) for o in outcomes)
+    ended: dict[tuple[int, int], str] = {}
+    for failure in failures:
+        key = failure["key"]
+        if failure["kind"] == "ended":
+            ended.setdefault((key.index, key.sample), str(failure["reason"]).split(":", 1)[0])
+    groups = merged_groups((o, None) for o in outcomes) if merges else ([(o, None)] for o in outcomes)
+    return {
+        "rollouts": len(turns),
+        "source_rows": len({index for index, _ in turns}),
+        "turns": dict(sorted(Counter(turns.values()).items())),
+        "ended": dict(Counter(ended.values()).most_common()),
+        "rows": dict(Counter("merged" if len(g) > 1 else "rollout" for g in groups)),
+    }
+
+
+def mixture_counts(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """Turns (rows of the journal) drawn each mixture component, by component index."""
+    counts = Counter(int(o.info["mixture"]["index"]) for o in outcomes if o.info.get("mixture"))
+    return {str(index): count for index, count in sorted(counts.items())}
 
 
 def spans(group: Sequence[Pair]) -> list[Span]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.journal.assembly import Pair, merged_groups, to_row, to_table
+from eagle3_raw.journal.assembly import Pair, merged_groups, mixture_counts, rollout_stats, to_row, to_table
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
@@ -255,18 +255,27 @@ class Journal:
     def stats(self) -> dict[str, Any]:
         """Counts: ``rows``, ``prompt_tokens``, ``generated_tokens``, ``finish_reasons`` {reason: rows},
         ``tokens_by_reason``, ``reused`` (rows made of generations journaled for another row or set),
-        ``failures`` {kind: {reason: n}}. Reads no ids."""
+        ``failures`` {kind: {reason: n}}; for rollouts ``rollouts`` (:func:`~.assembly.rollout_stats`),
+        with a mixture ``mixture`` {component: turns}. Reads no ids."""
         by_reason: dict[str, Counter[str]] = {}
         reused = 0
+        outcomes: list[Outcome] = []
         for outcome, location in self._rows():
             n_prompt, n_output, finish = self._generation_facts(location)
             by_reason.setdefault(finish, Counter()).update(
                 rows=1, prompt_tokens=n_prompt, generated_tokens=n_output
             )
             reused += bool(outcome.info.get("reused"))
+            if outcome.info.get("kind") == "rollout" or outcome.info.get("mixture") is not None:
+                outcomes.append(outcome)
         totals: Counter[str] = sum(by_reason.values(), Counter())
-        failures = self.sets.failure_counts(self.failures())
+        current = self.failures()
+        failures = self.sets.failure_counts(current)
+        extra = {"mixture": mixture_counts(outcomes)} if any(o.info.get("mixture") for o in outcomes) else {}
+        if (self.manifest.get("recipe") or {}).get("turns") == "rollout":
+            extra["rollouts"] = rollout_stats(outcomes, current, merges=self.merges_rollouts)
         return {
+            **extra,
             "rows": totals["rows"],
             "prompt_tokens": totals["prompt_tokens"],
             "generated_tokens": totals["generated_tokens"],
