@@ -56,7 +56,7 @@ def load(
 
     ``recipe`` is a YAML path, a bundled recipe name, a mapping or a :class:`Recipe`; ``overrides``
     are dotted paths or sections (``sampling={"temperature": 0}``), as in :func:`load_recipe`, or
-    run options (``journal_dir``, ``allow_server_change``, ``retry_failed``, ``progress``,
+    run options (``journal_dir``, ``retry_failed``, ``progress``,
     ``log_interval``). ``name=`` is the recipe's ``name`` (as ``datasets``' config name).
 
     Raises an :class:`Eagle3RawError`; an unwritable ``cache_dir`` is one (checked before the

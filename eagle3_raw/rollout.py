@@ -60,13 +60,15 @@ END_REASONS: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class Turn:
-    """One generated turn of a rollout, journaled before or just now."""
+    """One generated turn of a rollout, journaled before or just now (``skip_special``: the
+    request's ``skip_special_tokens``, how the server decoded ``text``)."""
 
     digest: bytes
     prompt_ids: list[int]
     output_ids: list[int]
     text: str | None
     finish_reason: str
+    skip_special: bool = True
 
 
 @dataclass(frozen=True)
@@ -300,16 +302,21 @@ class RolloutRunner:
     async def _message(self, item: Rollout, n: int, turn: Turn) -> Message | None:
         """``turn``'s text as the server's parsers split it (no parser: all of it is content); None
         when a parser call failed on every attempt (then recorded as the failure of turn ``n``)."""
-        if turn.text is None:
-            raise FatalError("a journaled turn has no text to parse (journaled by a build without rollouts?)")
         try:
-            return await self._parsed(item.conv, turn.text)
+            text = turn.text if turn.text is not None else await self._decoded(item.conv, turn)
+            return await self._parsed(item.conv, text)
         except RetriesExhausted as exc:
             key = RowKey(item.conv.index, item.points[n], item.sample)
             shown = row_id(item.conv.source_id, key.turn, key.sample)
             error = RetriesExhausted(f"parsing the previous turn's text failed: {exc}", row_id=shown)
             self._skipped(item, Skip.from_error(key, error))
             return None
+
+    async def _decoded(self, conv: Conversation, turn: Turn) -> str:
+        """The server's text of a generation journaled without it (by a set that is no rollout)."""
+        timeout = self.d.recipe.server.request_timeout
+        ids, skip = turn.output_ids, turn.skip_special
+        return await self.d.ask(conv.index, lambda s, url: sglang.detokenize(s, url, ids, skip, timeout))
 
     async def _parsed(self, conv: Conversation, text: str) -> Message:
         reasoning_parser = self.parsers.get("reasoning_parser")

@@ -36,8 +36,9 @@ from eagle3_raw.responses import Generation, check_response
 
 __all__ = [
     "SERVER_INFO_KEYS", "AuthError", "EndpointNotFound", "Generation", "Redirected", "ServerIdentity",
-    "ToolCall", "abort", "check_response", "error_message", "generate", "get_json", "health", "new_session",
-    "parse_function_call", "separate_reasoning", "server_identity", "tokenize", "tokenize_chat",
+    "ToolCall", "abort", "check_response", "detokenize", "error_message", "generate", "get_json",
+    "health", "new_session", "parse_function_call", "separate_reasoning", "server_identity", "tokenize",
+    "tokenize_chat",
 ]  # fmt: skip
 
 SERVER_INFO_KEYS = (
@@ -460,3 +461,16 @@ async def _parse_post(
     cap = limits.response_cap(size, 0)
     payload = await _post(session, f"{url}/{route}", orjson.dumps(dict(body)), timeout, cap=cap, shown=where)
     return _decode_object(payload, where)
+
+
+async def detokenize(
+    session: aiohttp.ClientSession, url: str, ids: Sequence[int], skip_special_tokens: bool, timeout: float
+) -> str:
+    """The server's decode of ``ids`` (``/detokenize``): the ``text`` its ``/generate`` returns for
+    them, for a generation journaled without it."""
+    body = {"tokens": list(ids), "skip_special_tokens": skip_special_tokens}
+    result = await _parse_post(session, url, "detokenize", body, 4 * len(ids), timeout)
+    text = result.get("text")
+    if not isinstance(text, str):
+        raise InvalidResponse(f"{public_url(url)}/detokenize returned no text", url=public_url(url))
+    return text

@@ -75,9 +75,8 @@ def _post(url: str, path: str, body: Mapping[str, Any]) -> Any:
 def _recipe(work: Path, url: str, rows: list[dict[str, Any]], **sections: Any) -> Path:
     write_jsonl(work / "chats.jsonl", rows)
     sampling = {"max_new_tokens": 400, "temperature": 0.8, "seed": 5, **sections.pop("sampling", {})}
-    return write_recipe(
-        work, endpoints=[url], source="chats.jsonl", turns="rollout", sampling=sampling, **sections
-    )
+    sections.setdefault("turns", "rollout")
+    return write_recipe(work, endpoints=[url], source="chats.jsonl", sampling=sampling, **sections)
 
 
 def _load(recipe: Path, work: Path, tag: str = "") -> datasets.Dataset:
@@ -562,3 +561,20 @@ def test_rollout_and_mixture_settings_are_checked(change: dict[str, Any], field:
     with pytest.raises(RecipeError) as caught:
         load_recipe(raw)
     assert caught.value.field == field and message in str(caught.value)
+
+
+def test_a_rollout_reuses_the_first_turns_of_a_turns_all_set_and_goes_on_from_their_ids(
+    tmp_path: Path,
+) -> None:
+    rows = _chats(4)
+    with reference_server(tmp_path, *PARSERS) as (server, ledger):
+        recipe = _recipe(tmp_path, server.url, rows, turns="all")
+        _load(recipe, tmp_path)
+        asked = len(generations(ledger))
+        rollout = _recipe(tmp_path, server.url, rows)  # the same journal root, turns: rollout
+        built = _load(rollout, tmp_path, "")
+        _assert_on_policy(server.url, built, rows, ledger)
+        again = [tuple(g["input_ids"]) for g in generations(ledger)[asked:]]
+    first_prompts = {tuple(r["input_ids"][: r["prompt_len"]]) for r in built if r["turn"] == 2}
+    assert first_prompts and not first_prompts & set(again), "the first turns were generated again"
+    assert len(built) > len(first_prompts), "the rollouts went on past the reused turns"
