@@ -591,7 +591,7 @@ def _sampling_params(prefix: str, params: Mapping[str, Any]) -> dict[str, Any]:
 def _check_min_new_tokens(prefix: str, params: Mapping[str, Any]) -> None:
     minimum = params.get("min_new_tokens")
     if isinstance(minimum, int) and minimum > params["max_new_tokens"]:
-        allowed = f"at most max_new_tokens ({params['max_new_tokens']}); SGLang refuses more"
+        allowed = f"at most sampling.max_new_tokens ({params['max_new_tokens']}); SGLang refuses more"
         raise RecipeError(f"{prefix}min_new_tokens", minimum, allowed)
 
 

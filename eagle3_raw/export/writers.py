@@ -64,7 +64,8 @@ class _JsonlWriter:
         columns: dict[str, Any] = {}
         for key, name in fields.items():
             column = table[name]
-            columns[key] = flat_values(column) if pa.types.is_list(column.type) else column.to_pylist()
+            flat = pa.types.is_list(column.type) and pa.types.is_integer(column.type.value_type)
+            columns[key] = flat_values(column) if flat else column.to_pylist()  # ids flat; spans as dicts
         self._handle.write(b"".join(_lines(columns, table.num_rows)))
 
 

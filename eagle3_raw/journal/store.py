@@ -285,7 +285,9 @@ class Journal:
                 for reason, c in by_reason.items()
             },
             "reused": reused,
-            "failures": {kind: failures.get(kind, {}) for kind in FAILURE_KINDS},
+            "failures": {
+                kind: failures.get(kind, {}) for kind in FAILURE_KINDS if kind != "ended" or failures.get(kind)
+            },
         }
 
     def _generation_facts(self, location: Location) -> tuple[int, int, str]:
