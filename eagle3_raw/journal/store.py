@@ -286,7 +286,9 @@ class Journal:
             },
             "reused": reused,
             "failures": {
-                kind: failures.get(kind, {}) for kind in FAILURE_KINDS if kind != "ended" or failures.get(kind)
+                kind: failures.get(kind, {})
+                for kind in FAILURE_KINDS
+                if kind != "ended" or failures.get(kind)  # rollout sets only
             },
         }
 
