@@ -84,10 +84,11 @@ def recorded_launch_target(recipe: Recipe, root: Path, *, whole_only: bool) -> T
     """The target of a set of ``recipe`` (same name and fingerprint) built with its launch
     configuration: a whole one first, then (unless ``whole_only``) the latest updated."""
     from eagle3_raw.identity import Target
+    from eagle3_raw.journal.roots import sets_of
 
     digest = launch_digest(recipe.server.sglang)  # type: ignore[arg-type]
     ranked: list[tuple[tuple[bool, str], dict[str, Any]]] = []
-    for folder, manifest in sets_of(recipe, root):
+    for folder, manifest in sets_of(root, recipe.name, recipe.fingerprint):
         if digest in (manifest.get("launches") or {}):
             ranked.append(((_whole(folder), str(manifest.get("updated", ""))), manifest))
     ranked = [r for r in ranked if r[0][0] or not whole_only]
@@ -96,25 +97,6 @@ def recorded_launch_target(recipe: Recipe, root: Path, *, whole_only: bool) -> T
     target = Target.from_dict(max(ranked, key=lambda r: r[0])[1]["target"])
     log.info("the target of %r is the journal's record of this launch: %s", recipe.name, target.describe())
     return target
-
-
-def sets_of(recipe: Recipe, root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """The set folders of ``root`` with ``recipe``'s name and fingerprint, and their manifests."""
-    from eagle3_raw.journal.manifest import read_manifest
-
-    found = []
-    for folder in sorted((root / "sets").glob(f"{recipe.name}-*")):
-        try:
-            manifest = read_manifest(folder)
-        except FatalError:  # an unreadable journal is not this lookup's business
-            continue
-        if (
-            manifest
-            and manifest.get("name") == recipe.name
-            and manifest.get("fingerprint") == recipe.fingerprint
-        ):
-            found.append((folder, manifest))
-    return found
 
 
 def _whole(folder: Path) -> bool:
