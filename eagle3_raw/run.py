@@ -103,10 +103,11 @@ def resolve(recipe: Recipe, options: RunOptions) -> Target:
 
 def journal_dir_for(recipe: Recipe, journal_dir: Path | None = None, target: Target | None = None) -> Path:
     """The journal folder of ``recipe``'s set (``<root>/sets/<config id>``); asks the server for
-    the target unless given."""
+    the target unless given (never starting one: a ``launch: sglang`` set is found by the journal's
+    record of its launch)."""
     from eagle3_raw.journal import set_dir
 
-    options = RunOptions(journal_dir=journal_dir)
+    options = RunOptions(journal_dir=journal_dir, generate=False)
     try:
         return set_dir(options.root, set_config_id(recipe, target or resolve(recipe, options)))
     finally:

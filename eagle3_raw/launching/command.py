@@ -87,7 +87,7 @@ def _flag_problem(name: str) -> str | None:
     longer = sorted(flag for flag in MANAGED_FLAGS if flag.startswith(name))
     if longer:
         return f"SGLang would read it as {longer[0]}, which eagle3_raw sets; spell options in full"
-    if is_secret_name(name):
+    if is_secret_name(name.replace("token", "")):  # not "token": --ms-per-token, --max-...-token
         return "a secret on a command line is readable by every local user (ps); pass it another way"
     return None
 
