@@ -201,8 +201,9 @@ def sglang_section(ledgers: Path, *extra_args: str, **fields: Any) -> dict[str, 
 
 
 def ledgers_in(folder: Path) -> list[Path]:
-    """The stand-in servers' ledgers in ``folder``, oldest first (one per server started)."""
-    return sorted(folder.glob("ledger-*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+    """The stand-in servers' ledgers in ``folder``, one per server started (in name order: tell a
+    later server's from the ones before by set difference)."""
+    return sorted(folder.glob("ledger-*.jsonl"))
 
 
 def processes_with(*words: str) -> list[int]:
