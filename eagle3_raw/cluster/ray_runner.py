@@ -89,9 +89,17 @@ def _import_ray() -> Any:
 
 
 def _wait(ray: Any, refs: list[Any]) -> list[dict[str, Any]]:
-    """Every task's result; Ctrl-C cancels them all (each flushes its journal)."""
+    """Every task's result, once all have ended (a failed shard does not stop the others: their
+    rows are kept); FatalError naming each failed shard. Ctrl-C cancels them all (each flushes)."""
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
     try:
-        return [_result(ray, i, ref) for i, ref in enumerate(refs)]
+        for index, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref))
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
+                failures.append(f"shard {index} failed on Ray: {cause}")
     except KeyboardInterrupt:
         for ref in refs:
             ray.cancel(ref)
@@ -99,15 +107,9 @@ def _wait(ray: Any, refs: list[Any]) -> list[dict[str, Any]]:
             "interrupted: the shard tasks were cancelled; every finished row is in the journal. "
             "Run the same command again to resume"
         ) from None
-
-
-def _result(ray: Any, index: int, ref: Any) -> dict[str, Any]:
-    try:
-        result: dict[str, Any] = ray.get(ref)
-    except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-        raise FatalError(f"shard {index} failed on Ray: {cause}") from exc
-    return result
+    if failures:
+        raise FatalError("; ".join(failures) + " (the other shards' rows are in the journal: run again)")
+    return results
 
 
 def _merge(spec: RayShards, cache_dir: Path | None) -> Built:
