@@ -61,7 +61,9 @@ def test_a_shard_that_fails_on_ray_is_one_clear_error(tmp_path: Path, local_ray:
     server = sglang_section(tmp_path / "ledgers", "--slots", "0", "--ms-per-token", "1")  # will not start
     recipe = write_recipe(tmp_path, endpoints=[], server=server)
     spec = RayShards(recipe=str(recipe), shards=2, journal_dir=tmp_path / "journals", max_retries=0)
-    with pytest.raises(FatalError, match=r"(?s)shard 0 failed on Ray: the SGLang server exited.*--slots must be at least 1"):
+    with pytest.raises(
+        FatalError, match=r"(?s)shard 0 failed on Ray: the SGLang server exited.*--slots must be at least 1"
+    ):
         run_on_ray(spec)
 
 

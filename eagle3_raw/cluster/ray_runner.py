@@ -67,7 +67,7 @@ def run_on_ray(
 
     load_recipe(spec.recipe, dict(spec.overrides))  # a bad recipe fails here, not on every node
     if not ray.is_initialized():
-        ray.init(address=address or "auto")
+        _connect(ray, address)
     task = ray.remote(_shard_task)
     refs = [
         task.options(
@@ -86,6 +86,17 @@ def _import_ray() -> Any:
     except ImportError as exc:
         raise FatalError("eagle3-raw ray needs Ray: pip install 'eagle3_raw[ray]'") from exc
     return ray
+
+
+def _connect(ray: Any, address: str | None) -> None:
+    """Join the Ray cluster at ``address`` (default: ``RAY_ADDRESS``, else the local ``ray start``)."""
+    try:
+        ray.init(address=address or "auto")
+    except ConnectionError as exc:
+        raise FatalError(
+            f"no Ray cluster answers at {address or 'auto'} ({exc}): start one (ray start --head), "
+            "or pass --address (or set RAY_ADDRESS) to yours"
+        ) from exc
 
 
 def _wait(ray: Any, refs: list[Any]) -> list[dict[str, Any]]:
