@@ -91,6 +91,7 @@ class SetWatcher:
         self._consumed: dict[str, int] = {}
         self._shards: dict[tuple[int, int], _ShardScan] = {}
         self._source_rows = _source_rows(recipe)
+        self._markers: dict[int, dict[int, dict[str, Any]]] = {}
 
     def scan(self) -> list[ShardStatus]:
         """Read what is new, and the counts of every shard (those not started included)."""
@@ -98,7 +99,9 @@ class SetWatcher:
         epoch = int((self.journal.manifest or {}).get("retry_epoch", 0))
         for path, shard in self._outcome_files():
             self._read_new(path, self._shards.setdefault(shard, _ShardScan()), index, epoch)
-        now = time.monotonic()
+        from eagle3_raw.shards import completed
+
+        now, self._markers = time.monotonic(), completed(self.directory)
         return [self._status(shard, now) for shard in self._all_shards()]
 
     def close(self) -> None:
@@ -147,9 +150,7 @@ class SetWatcher:
         return dict(decode_outcome(reader.read(path, offset, length)).info)
 
     def _all_shards(self) -> list[tuple[int, int]]:
-        from eagle3_raw.shards import completed
-
-        counts = {count for _, count in self._shards} | set(completed(self.directory))
+        counts = {count for _, count in self._shards} | set(self._markers)
         return sorted(
             {(i, n) for n in counts for i in range(n)} | set(self._shards), key=lambda s: (s[1], s[0])
         )
@@ -171,9 +172,7 @@ class SetWatcher:
         return status
 
     def _state(self, shard: tuple[int, int], status: ShardStatus) -> str:
-        from eagle3_raw.shards import completed
-
-        if shard[0] in completed(self.directory).get(shard[1], {}):
+        if shard[0] in self._markers.get(shard[1], {}):
             return "done"
         if _locked(self.directory / f"shard-{shard[0]}-of-{shard[1]}.lock"):
             return "running"
@@ -188,9 +187,7 @@ class SetWatcher:
     ) -> tuple[int | None, bool]:
         import numpy as np
 
-        from eagle3_raw.shards import completed
-
-        marker = completed(self.directory).get(shard[1], {}).get(shard[0])
+        marker = self._markers.get(shard[1], {}).get(shard[0])
         if marker is not None:
             return int(marker.get("keys", status.outcomes)), True
         if self._source_rows is None:
