@@ -26,7 +26,7 @@ from eagle3_raw.journal import set_dir
 from eagle3_raw.progress import reason_lines
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
-from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, resolve, run
+from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
 
 log = logging.getLogger("eagle3_raw")
 
@@ -104,7 +104,10 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         if options.retry_failed or not options.generate:
             kwargs["download_mode"] = datasets.DownloadMode.FORCE_REDOWNLOAD
             kwargs["verification_mode"] = datasets.VerificationMode.NO_CHECKS  # the row count may change
-        super().download_and_prepare(*args, **kwargs)
+        try:
+            super().download_and_prepare(*args, **kwargs)
+        finally:
+            release_launched(self.recipe)  # started to learn the target; a cached set needs none
         if self.run_result is None:  # reused from the cache: still say what did not make it
             directory = set_dir(options.root, self.config.set_id.removesuffix("-partial"))
             self.cached_failures = failed_for_good(directory)

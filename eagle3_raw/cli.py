@@ -1,5 +1,5 @@
 """The ``eagle3-raw`` command line: build, merge, push, reproduce, export, inspect, stats,
-journals, serve-reference.
+journals, slurm, ray, status, serve-reference.
 
 Exit codes (README, "Exit codes"): 0 done; 1 an error, printed as one line; 2 a usage error
 (argparse's); 3 ``reproduce --strict`` when not every row is identical; 4 a build that finished
@@ -22,6 +22,7 @@ from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     from eagle3_raw.builder import Built
+    from eagle3_raw.plan import Shard
     from eagle3_raw.progress import Summary
 
 Handler = Callable[[argparse.Namespace], int]
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hub(sub)
     _add_looking(sub)
     _add_export(sub)
+    _add_cluster(sub)
     _add_serve_reference(sub)
     return parser
 
@@ -110,8 +112,10 @@ def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_run_arguments(parser)
     _add_output_arguments(parser)
     parser.add_argument(
-        "--shard", metavar="I/N",
-        help="generate only shard I of N into the journal (N processes, N machines); then eagle3-raw merge",
+        "--shard", metavar="I/N|auto",
+        help="generate only shard I of N into the journal (N processes, N machines); then eagle3-raw merge. "
+        "auto: from the scheduler (SLURM array or srun tasks, torchrun's RANK/WORLD_SIZE, eagle3_raw's "
+        "Ray runner), which is also the default when its variables are set",
     )  # fmt: skip
     parser.set_defaults(handler=_build)
 
@@ -145,20 +149,22 @@ def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from eagle3_raw.cluster.environment import shard_option
     from eagle3_raw.recipe import parse_set_args
 
     overrides = parse_set_args(args.overrides)
-    if args.shard is not None:
-        return _build_shard(args, overrides)
+    shard, source = shard_option(args.shard, os.environ)
+    if source is not None:
+        print(f"eagle3-raw: {printable(source)}", file=sys.stderr)
+    if shard is not None and (shard.count > 1 or args.shard is not None):
+        return _build_shard(args, overrides, shard)
     return _materialize(args, overrides, run_kwargs(args))
 
 
-def _build_shard(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    from eagle3_raw.plan import Shard
+def _build_shard(args: argparse.Namespace, overrides: dict[str, Any], shard: Shard) -> int:
     from eagle3_raw.recipe import load_recipe
     from eagle3_raw.run import RunOptions, run
 
-    shard = Shard.parse(args.shard)
     options = RunOptions(shard=shard, **run_kwargs(args))
     result = run(load_recipe(args.recipe, overrides), options)
     print(printable(result.summary.render(), newlines=True))
@@ -255,6 +261,12 @@ def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     from eagle3_raw.export import cli as export_cli
 
     export_cli.add_export(sub)
+
+
+def _add_cluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eagle3_raw.cluster import cli as cluster_cli
+
+    cluster_cli.add_cluster(sub)
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

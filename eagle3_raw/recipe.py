@@ -137,12 +137,45 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class SGLangLaunch:
+    """``server.sglang``: the SGLang server ``server.launch: sglang`` starts for the run, on
+    127.0.0.1 and a free port (:mod:`eagle3_raw.launching`). Not part of the fingerprint: the model
+    it serves (what it reports) is part of the set's config id, as for any server."""
+
+    model_path: str
+    """``--model-path``: a Hub model id or a folder on the node that runs the server."""
+    revision: str | None = None
+    served_model_name: str | None = None
+    tp_size: int = 1
+    dp_size: int = 1
+    context_length: int | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    trust_remote_code: bool = False
+    deterministic: bool = True
+    """``--enable-deterministic-inference``: each row's ``sampling_seed`` then decides its sample."""
+    extra_args: tuple[str, ...] = ()
+    """Any other ``sglang.launch_server`` flags (not the ones above, nor host, port or keys)."""
+    executable: tuple[str, ...] = ()
+    """The command before the flags; empty: this Python's ``-m sglang.launch_server``."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables added to the server's environment (e.g. ``CUDA_VISIBLE_DEVICES``)."""
+    startup_timeout: float = 1800.0
+    """Seconds to wait for ``/health`` before giving up (the error shows the log's tail)."""
+    stop_timeout: float = 30.0
+    """Seconds between SIGTERM and SIGKILL when the server is stopped."""
+    log_dir: str | None = None
+    """Keep the server's log in this folder (default: a temporary file, removed after a clean stop)."""
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Transport: where requests go and how patiently. Never part of the fingerprint."""
 
     endpoints: tuple[str, ...] = ()
-    launch: Literal["reference"] | None = None
+    launch: Literal["reference", "sglang"] | None = None
     launch_args: tuple[str, ...] = ()
+    sglang: SGLangLaunch | None = None
     api_key_env: str | None = None
     max_in_flight: int | None = None
     request_timeout: float = 600.0
@@ -371,7 +404,8 @@ def _one_server_kind(raw: dict[str, Any], items: Sequence[tuple[str, Any]]) -> d
     if not isinstance(server, dict) or server.get(dropped) in (None, [], ""):
         return raw
     log.info("%s is overridden: the recipe's server.%s (%r) is not used", kept, dropped, server[dropped])
-    return {**raw, "server": {**server, dropped: None}}
+    unused = {"sglang": None} if kept == "server.endpoints" and "sglang" in server else {}
+    return {**raw, "server": {**server, dropped: None, **unused}}
 
 
 def _flatten(key: str, value: Any) -> list[tuple[str, Any]]:
@@ -492,20 +526,27 @@ def _render_date(value: Any) -> str | None:
 def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
     _check_keys("server.", raw, _SERVER_KEYS)
     endpoints = _endpoints(raw.get("endpoints"))
-    launch = _choice(raw, "launch", "server.", ("reference", None), None)
+    launch = _choice(raw, "launch", "server.", ("reference", "sglang", None), None)
     if not endpoints and launch is None:
-        raise RecipeError("server.endpoints", [], "give at least one URL, or set server.launch: reference")
+        raise RecipeError(
+            "server.endpoints", [], "give at least one URL, or set server.launch: reference (or sglang)"
+        )
     if endpoints and launch is not None:
         raise RecipeError(
             "server.launch", launch,
             "cannot be combined with server.endpoints (the requests would be split between your "
-            "servers and the built-in one): keep one of them",
+            "servers and the launched one): keep one of them",
         )  # fmt: skip
     args = _get(raw, "launch_args", "server.", list, "a list of strings", [])
+    if args and launch == "sglang":
+        raise RecipeError(
+            "server.launch_args", args, "serve-reference flags; SGLang's go in server.sglang.extra_args"
+        )
     return ServerConfig(
         endpoints=endpoints,
         launch=launch,
         launch_args=tuple(str(a) for a in args),
+        sglang=_parse_sglang(raw.get("sglang"), launch),
         api_key_env=_optional(raw, "api_key_env", "server.", str, "an environment variable name"),
         max_in_flight=_optional_int(raw, "max_in_flight", "server.", minimum=1),
         request_timeout=_positive(raw, "request_timeout", "server.", 600.0),
@@ -513,6 +554,72 @@ def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
         max_retries=_get_int(raw, "max_retries", "server.", 8, minimum=0),
         wait_for_server=_positive(raw, "wait_for_server", "server.", 600.0),
     )
+
+
+def _parse_sglang(raw: Any, launch: str | None) -> SGLangLaunch | None:
+    """``server.sglang``, required by ``launch: sglang`` and refused without it."""
+    p = "server.sglang."
+    if raw is None:
+        if launch == "sglang":
+            raise RecipeError(
+                "server.sglang", None, "required with server.launch: sglang: at least {model_path: ...}"
+            )
+        return None
+    if launch != "sglang":
+        raise RecipeError(
+            "server.sglang", "...", "only read with server.launch: sglang; set it, or remove the section"
+        )
+    if not isinstance(raw, Mapping):
+        raise RecipeError("server.sglang", raw, "expected a mapping (a YAML section)")
+    _check_keys(p, raw, _SGLANG_KEYS)
+    launch_config = SGLangLaunch(
+        model_path=_get(raw, "model_path", p, str, "a Hub model id or a folder on the server's node"),
+        revision=_optional(raw, "revision", p, str, "a branch, tag or commit"),
+        served_model_name=_optional(raw, "served_model_name", p, str, "a string"),
+        tp_size=_bounded_int(raw, "tp_size", p, 1),
+        dp_size=_bounded_int(raw, "dp_size", p, 1),
+        context_length=_optional_int(raw, "context_length", p, minimum=8),
+        reasoning_parser=_optional(raw, "reasoning_parser", p, str, "an SGLang reasoning parser name"),
+        tool_call_parser=_optional(raw, "tool_call_parser", p, str, "an SGLang tool-call parser name"),
+        trust_remote_code=_get(raw, "trust_remote_code", p, bool, "true or false", False),
+        deterministic=_get(raw, "deterministic", p, bool, "true or false", True),
+        extra_args=_strings(raw, "extra_args", p),
+        executable=_strings(raw, "executable", p),
+        env=_string_map(raw, "env", p),
+        startup_timeout=_positive(raw, "startup_timeout", p, 1800.0),
+        stop_timeout=_positive(raw, "stop_timeout", p, 30.0),
+        log_dir=_optional(raw, "log_dir", p, str, "a folder"),
+    )
+    from eagle3_raw.launching.command import check_sglang_launch
+
+    check_sglang_launch(launch_config)
+    return launch_config
+
+
+def _bounded_int(raw: Mapping[str, Any], key: str, prefix: str, default: int, maximum: int = 4096) -> int:
+    value = _get_int(raw, key, prefix, default, minimum=1)
+    if value > maximum:
+        raise RecipeError(f"{prefix}{key}", value, f"expected an integer from 1 to {maximum}")
+    return value
+
+
+def _strings(raw: Mapping[str, Any], key: str, prefix: str) -> tuple[str, ...]:
+    value = _get(raw, key, prefix, list, "a list of strings", [])
+    if not all(isinstance(v, str) for v in value):
+        raise RecipeError(f"{prefix}{key}", value, 'expected a list of strings (quote numbers: "8")')
+    return tuple(value)
+
+
+def _string_map(raw: Mapping[str, Any], key: str, prefix: str) -> dict[str, str]:
+    value = _get(raw, key, prefix, dict, "a mapping of variable names to strings", {})
+    for name, text in value.items():
+        if (
+            not isinstance(name, str)
+            or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+            or not isinstance(text, str)
+        ):
+            raise RecipeError(f"{prefix}{key}.{name}", text, 'expected NAME: "string value"')
+    return dict(value)
 
 
 def _endpoints(value: Any) -> tuple[str, ...]:
@@ -759,6 +866,7 @@ _SECTIONS = frozenset({"prompts", "model", "server", "sampling", "export", "roll
 _PROMPTS_KEYS = frozenset(PromptsConfig.__dataclass_fields__)
 _MODEL_KEYS = frozenset(ModelConfig.__dataclass_fields__)
 _SERVER_KEYS = frozenset(ServerConfig.__dataclass_fields__)
+_SGLANG_KEYS = frozenset(SGLangLaunch.__dataclass_fields__)
 
 
 # --- output and fingerprint ------------------------------------------------------------------
@@ -771,6 +879,7 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     server = asdict(recipe.server)
     server["endpoints"] = list(recipe.server.endpoints)
     server["launch_args"] = list(recipe.server.launch_args)
+    server["sglang"] = _sglang_dict(recipe.server.sglang)
     sampling = recipe.sampling
     return {
         "name": recipe.name,
@@ -790,6 +899,17 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
         **_export_dict(recipe.export),
         **({"rollout": asdict(recipe.rollout)} if recipe.turns == "rollout" else {}),
     }
+
+
+def _sglang_dict(launch: SGLangLaunch | None) -> dict[str, Any] | None:
+    """``server.sglang`` as YAML-ready data (lists, not tuples), or None."""
+    if launch is None:
+        return None
+    from dataclasses import asdict
+
+    data = asdict(launch)
+    data.update(extra_args=list(launch.extra_args), executable=list(launch.executable), env=dict(launch.env))
+    return data
 
 
 def _export_dict(export: ExportConfig) -> dict[str, Any]:

@@ -98,16 +98,20 @@ def resolve(recipe: Recipe, options: RunOptions) -> Target:
     """The target of ``recipe`` (see :func:`eagle3_raw.target.resolve_target`)."""
     from eagle3_raw.target import resolve_target
 
-    return resolve_target(recipe, options.root, api_key=api_key(recipe))
+    return resolve_target(recipe, options.root, api_key=api_key(recipe), generate=options.generate)
 
 
 def journal_dir_for(recipe: Recipe, journal_dir: Path | None = None, target: Target | None = None) -> Path:
     """The journal folder of ``recipe``'s set (``<root>/sets/<config id>``); asks the server for
-    the target unless given."""
+    the target unless given (never starting one: a ``launch: sglang`` set is found by the journal's
+    record of its launch)."""
     from eagle3_raw.journal import set_dir
 
-    options = RunOptions(journal_dir=journal_dir)
-    return set_dir(options.root, set_config_id(recipe, target or resolve(recipe, options)))
+    options = RunOptions(journal_dir=journal_dir, generate=False)
+    try:
+        return set_dir(options.root, set_config_id(recipe, target or resolve(recipe, options)))
+    finally:
+        release_launched(recipe)
 
 
 def run(recipe: Recipe, options: RunOptions | None = None, target: Target | None = None) -> RunResult:
@@ -117,10 +121,16 @@ def run(recipe: Recipe, options: RunOptions | None = None, target: Target | None
     everything finished), and :class:`~eagle3_raw.errors.Interrupted` (a KeyboardInterrupt) on
     Ctrl-C or SIGTERM.
     """
+    options = options or RunOptions()
+    try:
+        return _run(recipe, options, target or resolve(recipe, options))
+    finally:
+        release_launched(recipe)  # a server started to learn the target, when nothing ran on it
+
+
+def _run(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
     from eagle3_raw.journal import set_dir
 
-    options = options or RunOptions()
-    target = target or resolve(recipe, options)
     directory = set_dir(options.root, set_config_id(recipe, target))
     if not options.generate:
         return assemble(recipe, options, target)
@@ -135,11 +145,26 @@ def run(recipe: Recipe, options: RunOptions | None = None, target: Target | None
 
 
 def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tuple[str, ...]]:
-    """The recipe's endpoints, or the reference server started for the run if it asks for one (its
-    key through the environment, never the command line)."""
+    """The recipe's endpoints, or the server started for the run if it asks for one: the reference
+    server (its key through the environment), or SGLang (:mod:`eagle3_raw.launching`: the one
+    started to learn the target if there is one; its key in a private file). Either is stopped when
+    the block ends, however it ends; neither outlives this process."""
+    if recipe.server.launch == "sglang":
+        from eagle3_raw.launching.held import serving
+
+        return serving(recipe, api_key(recipe))
     from eagle3_raw.reference.launch import recipe_endpoints
 
     return recipe_endpoints(recipe, api_key(recipe))
+
+
+def release_launched(recipe: Recipe) -> None:
+    """Stop the SGLang server held for ``recipe`` since its target was resolved, if any (a build
+    that found its set whole, or read it from the ``datasets`` cache, sends it nothing)."""
+    if recipe.server.launch == "sglang":
+        from eagle3_raw.launching.held import release
+
+        release(recipe.server.sglang)
 
 
 def api_key(recipe: Recipe) -> str | None:
@@ -188,8 +213,10 @@ class _Build:
     def _open_journal(self) -> Journal:
         from eagle3_raw.journal import Journal
 
-        return Journal.open(self.options.root, fresh_manifest(self.recipe, self.target), self.target,
-                            shard=self.options.shard.name)  # fmt: skip
+        journal = Journal.open(self.options.root, fresh_manifest(self.recipe, self.target), self.target,
+                               shard=self.options.shard.name)  # fmt: skip
+        record_launch(journal, self.recipe)
+        return journal
 
     async def _generate(self, journal: Journal, renderer: Renderer, urls: Sequence[str]) -> None:
         server = self.recipe.server
@@ -417,6 +444,19 @@ def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
     """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
     running = [i.max_running_requests for i in identities if i.max_running_requests]
     return min(int(max(running) * 1.25) + 8, MAX_DEFAULT_IN_FLIGHT) if running else DEFAULT_IN_FLIGHT
+
+
+def record_launch(journal: Journal, recipe: Recipe) -> None:
+    """Record the SGLang server this run launched (its command, redacted) in the set's manifest."""
+    launch = recipe.server.sglang
+    if recipe.server.launch != "sglang" or launch is None:
+        return
+    from eagle3_raw.launching.held import held
+    from eagle3_raw.launching.sglang import record_launch as record
+
+    server = held(launch)
+    if server is not None:
+        record(journal, launch, server)
 
 
 def fresh_manifest(recipe: Recipe, target: Target) -> dict[str, Any]:

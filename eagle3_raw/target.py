@@ -4,6 +4,9 @@ The set's config id covers the target (:func:`eagle3_raw.identity.set_config_id`
 before anything is built or read from the ``datasets`` cache (:func:`resolve_target`):
 
 - ``server.launch: reference``: computed from the launch options, without starting the server;
+- ``server.launch: sglang``: the journal's record of a whole set built with the same launch
+  configuration, else asked from the server, started now and kept for the run
+  (:mod:`eagle3_raw.launching.target`);
 - otherwise asked from every endpoint (``/model_info``, ``/server_info``, ``/v1/models``); those
   that answer must serve the same model; the limits are the tightest among them;
 - when no endpoint answers: the target of the latest set of this recipe in the journal, so a set
@@ -92,10 +95,12 @@ def _name(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -> Target:
+def resolve_target(
+    recipe: Recipe, journal_root: Path, *, api_key: str | None, generate: bool = True
+) -> Target:
     """The target of ``recipe`` (see the module docstring). ServerUnreachable when no endpoint
     answers and the journal has no set of this recipe; other server errors (a refused key, a
-    server that is not SGLang) as they come."""
+    server that is not SGLang) as they come. ``generate=False`` (a merge) never starts a server."""
     from eagle3_raw.runtime import run_sync
 
     if recipe.server.launch == "reference":
@@ -107,7 +112,11 @@ def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -
         )
         target = choose_render(recipe, target_of([identity], "reference"), cannot)
         return with_rollout_parsers(recipe, target, identity.server_info)
-    identities, errors, cannot = run_sync(lambda: _ask(recipe, api_key))
+    if recipe.server.launch == "sglang":
+        from eagle3_raw.launching.target import launched_target
+
+        return launched_target(recipe, journal_root, api_key=api_key, generate=generate)
+    identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, recipe.server.endpoints))
     if identities:
         target = choose_render(recipe, target_of(identities), cannot)
         return with_rollout_parsers(recipe, target, identities[0].server_info)
@@ -125,16 +134,18 @@ def resolve_target(recipe: Recipe, journal_root: Path, *, api_key: str | None) -
     return recorded
 
 
-async def _ask(recipe: Recipe, api_key: str | None) -> tuple[list[ServerIdentity], list[BaseException], str]:
-    """The identities of the endpoints that answer, the errors of the others, and why the first
-    cannot render chat requests ("" when it can)."""
+async def ask_identities(
+    recipe: Recipe, api_key: str | None, urls: Sequence[str]
+) -> tuple[list[ServerIdentity], list[BaseException], str]:
+    """The identities of the servers at ``urls`` that answer, the ServerUnreachable errors of those
+    that do not (any other error is raised), and why the first cannot render chat requests ("" when
+    it can)."""
     from eagle3_raw import sglang
 
     timeout = recipe.server.connect_timeout
     async with sglang.new_session(connect_timeout=timeout, api_key=api_key) as session:
         results = await asyncio.gather(
-            *(sglang.server_identity(session, url, timeout) for url in recipe.server.endpoints),
-            return_exceptions=True,
+            *(sglang.server_identity(session, url, timeout) for url in urls), return_exceptions=True
         )
         identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
         cannot = await cannot_render(session, identities[0], timeout) if identities else ""

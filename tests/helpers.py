@@ -10,6 +10,7 @@ import re
 import select
 import struct
 import subprocess
+import sys
 import termios
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -175,3 +176,54 @@ def strip_terminal_codes(text: str) -> str:
     becomes a line break, colours and the rest go."""
     text = re.sub(r"\x1b\[[0-9]*[ABK]", "\n", text)
     return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", text)
+
+
+def standin_sglang(ledgers: Path) -> list[str]:
+    """``server.sglang.executable`` for the reference server standing in for ``python -m
+    sglang.launch_server`` (it takes the flags the launcher passes); each server process it starts
+    keeps its own ledger, ``<ledgers>/ledger-<pid>.jsonl`` (the recipe's ``server.sglang.env``
+    must set ``E3_LEDGERS`` to ``ledgers``: :func:`sglang_section` does)."""
+    script = 'exec "$0" -m eagle3_raw.reference --ledger "$E3_LEDGERS/ledger-$$.jsonl" "$@"'
+    return ["/bin/sh", "-c", script, sys.executable]
+
+
+def sglang_section(ledgers: Path, *extra_args: str, **fields: Any) -> dict[str, Any]:
+    """A recipe's ``server`` section launching the stand-in SGLang (:func:`standin_sglang`)."""
+    from eagle3_raw.resources import reference_model_dir
+
+    ledgers.mkdir(parents=True, exist_ok=True)
+    sglang = {
+        "model_path": str(reference_model_dir()), "executable": standin_sglang(ledgers),
+        "env": {"E3_LEDGERS": str(ledgers)}, "extra_args": list(extra_args), "startup_timeout": 60,
+        "stop_timeout": 5, **fields,
+    }  # fmt: skip
+    return {"endpoints": None, "launch": "sglang", "sglang": sglang}
+
+
+def ledgers_in(folder: Path) -> list[Path]:
+    """The stand-in servers' ledgers in ``folder``, one per server started (in name order: tell a
+    later server's from the ones before by set difference)."""
+    return sorted(folder.glob("ledger-*.jsonl"))
+
+
+def processes_with(*words: str) -> list[int]:
+    """Pids of the processes whose command line holds ``words`` as consecutive arguments."""
+    wanted = b"\0" + "\0".join(words).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if wanted in b"\0" + cmdline.rstrip(b"\0") + b"\0":
+            found.append(int(entry.name))
+    return found
+
+
+def launched_port(text: str) -> int:
+    """The port of the SGLang server a build's log says it started."""
+    match = re.search(r"starting the SGLang server: .* --port (\d+)", text)
+    assert match, text[-3000:]
+    return int(match.group(1))

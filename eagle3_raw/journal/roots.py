@@ -292,3 +292,17 @@ def _compact(path: Path, columns: dict[str, Any], keep: npt.NDArray[np.bool_]) -
     replace_durably(path, b"".join(data))
     replace_durably(path.with_suffix(".idx"), b"".join(entries))
     return offset
+
+
+def sets_of(root: Path, name: str, fingerprint: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The set folders of ``root`` of the recipe ``name`` with ``fingerprint`` (one per target it
+    was built for), with their manifests, in folder order; unreadable ones are left out."""
+    found = []
+    for folder in sorted((root / "sets").glob(f"{name}-*")):
+        try:
+            manifest = read_manifest(folder)
+        except JournalError:
+            continue
+        if manifest and manifest.get("name") == name and manifest.get("fingerprint") == fingerprint:
+            found.append((folder, manifest))
+    return found

@@ -15,6 +15,7 @@ Memory: ~8 bytes per outcome for the set of done keys, ~60 while iterating; no r
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ FAILURE_KINDS = ("failed", "skipped", "ended")
 """``failed``: may succeed if tried again (``--retry-failed``); ``skipped``: the prompt is unusable;
 ``ended``: a rollout turn not made because the rollout ended before it (the reason says why)."""
 _NO_DIGEST = bytes(16)
+_LOCK_TRIES = 20
 
 
 def pack_keys(index: Any, turn: Any, sample: Any) -> Any:
@@ -238,6 +240,11 @@ class SetJournal:
 def _lock_shard(directory: Path, shard: str) -> int:
     path = directory / f"shard-{shard}.lock"
     fd = try_lock(path)
+    for _ in range(_LOCK_TRIES):  # a reader probing whether the shard runs holds it for an instant
+        if fd is not None:
+            break
+        time.sleep(0.05)
+        fd = try_lock(path)
     if fd is None:
         raise JournalError(
             f"another build is writing shard {shard} of the journal {directory} ({path} is locked by "

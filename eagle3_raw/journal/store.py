@@ -261,7 +261,7 @@ class Journal:
         reused = 0
         outcomes: list[Outcome] = []
         for outcome, location in self._rows():
-            n_prompt, n_output, finish = self._generation_facts(location)
+            n_prompt, n_output, finish = self.generation_facts(location)
             by_reason.setdefault(finish, Counter()).update(
                 rows=1, prompt_tokens=n_prompt, generated_tokens=n_output
             )
@@ -292,7 +292,9 @@ class Journal:
             },
         }
 
-    def _generation_facts(self, location: Location) -> tuple[int, int, str]:
+    def generation_facts(self, location: Location) -> tuple[int, int, str]:
+        """(prompt tokens, generated tokens, finish reason) of the generation at ``location``,
+        read without its ids."""
         import orjson
 
         from eagle3_raw.journal.files import open_read

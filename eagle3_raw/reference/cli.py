@@ -71,6 +71,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sglang.add_argument("--reasoning-parser", help="reported in /model_info (/separate_reasoning)")
     sglang.add_argument("--tool-call-parser", help="reported in /model_info (/parse_function_call)")
+    sglang.add_argument(
+        "--tp-size", "--tensor-parallel-size", type=int, default=1, help="reported in /server_info"
+    )
+    sglang.add_argument(
+        "--dp-size", "--data-parallel-size", type=int, default=1, help="reported in /server_info"
+    )
+    sglang.add_argument("--revision", help="reported in /server_info (the model folder is read as it is)")
+    sglang.add_argument(
+        "--enable-deterministic-inference", action="store_true",
+        help="accepted as SGLang's flag; the reference engine is deterministic either way",
+    )  # fmt: skip
+    sglang.add_argument(
+        "--config", type=Path, metavar="FILE",
+        help="a YAML mapping of these options (e.g. api-key: KEY), under the command line as SGLang reads it",
+    )  # fmt: skip
     ref = parser.add_argument_group("reference server options")
     ref.add_argument(
         "--faults", help='fault rates per /generate request, e.g. "http500=0.05,reset=0.02,hang=0.01"'
@@ -109,9 +124,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps,
         speculative_eagle_topk=args.speculative_eagle_topk,
         speculative_num_draft_tokens=args.speculative_num_draft_tokens,
-        chat_template=args.chat_template, trust_remote_code=args.trust_remote_code,
-        reasoning_parser=args.reasoning_parser,
-        tool_call_parser=args.tool_call_parser,
+        chat_template=args.chat_template, reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser, tp_size=args.tp_size, dp_size=args.dp_size,
+        revision=args.revision, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
 
 
@@ -150,10 +165,46 @@ def _redacted(argv: Sequence[str]) -> str:
     return shlex.join(words)
 
 
+def apply_config_file(args: argparse.Namespace) -> None:
+    """Fill in ``args`` from the YAML mapping ``--config`` names, as SGLang does: a key is an
+    option's long name (``api-key`` or ``api_key``), and an option given on the command line (not
+    left at its default) wins. ValueError for a file that cannot be read or an unknown key."""
+    import yaml
+
+    if getattr(args, "config", None) is None:
+        return
+    try:
+        data = yaml.safe_load(Path(args.config).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {args.config}: cannot read it ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {args.config}: expected a YAML mapping of options")
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    add_arguments(parser)
+    for key, value in data.items():
+        dest = str(key).replace("-", "_")
+        if not hasattr(args, dest) or dest == "config":
+            raise ValueError(f"--config {args.config}: {key!r} is not a serve-reference option")
+        if getattr(args, dest) == parser.get_default(dest):
+            setattr(args, dest, _option_value(parser, dest, value))
+
+
+def _option_value(parser: argparse.ArgumentParser, dest: str, value: Any) -> Any:
+    """``value`` as the option ``dest`` would have parsed it from the command line."""
+    if isinstance(value, bool):
+        return value
+    flag = "--" + dest.replace("_", "-")
+    try:
+        return getattr(parser.parse_args([flag, str(value)]), dest)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise ValueError(f"--config: {dest}: {exc}") from None
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM; returns the process exit code (2: bad options)."""
     started = time.monotonic()
     try:
+        apply_config_file(args)
         config = config_from_args(args)
     except ValueError as exc:
         print(f"serve-reference: {exc}", file=sys.stderr)

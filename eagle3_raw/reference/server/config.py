@@ -42,6 +42,9 @@ class ServerConfig:
     trust_remote_code: bool = False
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    tp_size: int = 1
+    dp_size: int = 1
+    revision: str | None = None
 
     @property
     def reserved_tokens(self) -> int:
@@ -61,6 +64,10 @@ class ServerConfig:
             raise ValueError("--ms-per-token and --prefill-ms-per-token must be >= 0")
         if self.context_length is not None and self.context_length < 8:
             raise ValueError(f"--context-length must be at least 8, got {self.context_length}")
+        if min(self.tp_size, self.dp_size) < 1:
+            raise ValueError(
+                f"--tp-size and --dp-size must be at least 1, got {self.tp_size}, {self.dp_size}"
+            )
         if self.stream_interval < 1:
             raise ValueError(f"--stream-interval must be at least 1, got {self.stream_interval}")
         if self.speculative_algorithm is not None and self.reserved_tokens < 1:
