@@ -15,6 +15,11 @@ Rendering happens here (in the planner's thread) when the prompts render locally
 renders them, step 3 waits: the planner hands out a :class:`Pending` generation point, a worker
 asks the server's chat path for its prompt, and :meth:`Planner.resolve` finishes the decision.
 
+With ``turns: rollout`` a conversation's sample is one :class:`Rollout` instead, planned whole
+(its turns depend on each other: :mod:`eagle3_raw.rollout` makes them), stopping before a turn
+that failed until ``--retry-failed``. A sampling mixture's component (:mod:`eagle3_raw.mixture`)
+shapes every request and render of a conversation's sample.
+
 It runs in a worker thread, ahead of the requests; samples of one prompt and turns of one
 conversation come out together, so they are sent close together and the server's prefix cache hits.
 """
