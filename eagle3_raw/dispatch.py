@@ -150,7 +150,11 @@ class Dispatcher:
         """``call(session, url)`` on source row ``index``'s endpoint (its generations follow there:
         the prefix cache), retried with backoff on transient errors. Raises
         :class:`RetriesExhausted` after the last attempt, :class:`Stopping` when the run stops."""
-        assert self.session is not None
+        if self.session is None or self.pool is None:
+            raise ServerUnreachable(
+                f"source row {index} needs the server (its prompt or its previous turn's message), but no "
+                "endpoint answers; everything made so far is journaled: start the server and run again"
+            )
         last: RetryableError | None = None
         for attempt in range(self.recipe.server.max_retries + 1):
             if attempt:
