@@ -178,11 +178,13 @@ class _Build:
         with signals_cancel(task, on_repeat=_already_stopping):
             renderer = await asyncio.to_thread(Renderer, self.recipe)
             journal = await asyncio.to_thread(self._open_journal)
-            with journal:
+            try:
                 if self.options.retry_failed:
                     await asyncio.to_thread(journal.sets.retry_failed)
                 await self._generate(journal, renderer, urls)
                 summary = await asyncio.to_thread(summarize, journal, self.recipe, self.stats)
+            finally:
+                await asyncio.to_thread(journal.close)  # its last flush and fsync: off the loop too
         return RunResult(self.directory, summary, self.config_id, self.target)
 
     def _open_journal(self) -> Journal:
