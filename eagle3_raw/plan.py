@@ -17,6 +17,7 @@ conversation come out together, so they are sent close together and the server's
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from collections.abc import Iterable, Iterator
@@ -130,25 +131,35 @@ class Limits:
 
 
 class KeySet:
-    """Row keys as a sorted array of packed int64s (:func:`~eagle3_raw.journal.pack_key`):
-    8 bytes a key, binary search to look one up."""
+    """Row keys as a sorted array of packed int64s (:func:`~eagle3_raw.journal.pack_key`): 8 bytes
+    a key. The planner asks in key order, so a lookup bisects a slice of the keys at or after the
+    last one asked (a list of 256 ints, reloaded as the keys move on): ~0.3 µs, where a numpy
+    binary search per key took ~15 µs (15 s per million rows of a resume)."""
+
+    _SLICE = 256
 
     def __init__(self, packed: npt.NDArray[np.int64]) -> None:
         self._packed = packed
+        self._slice: list[int] = []
 
     def __len__(self) -> int:
         return len(self._packed)
 
     def __contains__(self, key: object) -> bool:
+        if not isinstance(key, RowKey):
+            return False
+        value = (key.index << 24) | ((key.turn + 1) << 12) | (key.sample + 1)  # pack_key, inlined
+        keys = self._slice
+        if not keys or not keys[0] <= value <= keys[-1]:
+            keys = self._slice = self._slice_from(value)
+        at = bisect.bisect_left(keys, value)
+        return at < len(keys) and keys[at] == value
+
+    def _slice_from(self, value: int) -> list[int]:
         import numpy as np
 
-        from eagle3_raw.journal import pack_key
-
-        if not isinstance(key, RowKey) or not len(self._packed):
-            return False
-        value = pack_key(key)
-        at = int(np.searchsorted(self._packed, value))
-        return at < len(self._packed) and int(self._packed[at]) == value
+        start = int(np.searchsorted(self._packed, value))
+        return self._packed[start : start + self._SLICE].tolist()  # type: ignore[no-any-return]
 
 
 def derive_seed(seed: int, source_id: str, turn: int, sample: int) -> int:

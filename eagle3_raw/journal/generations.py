@@ -25,6 +25,7 @@ from eagle3_raw.journal.records import (
     ALIAS,
     GEN_FIXED,
     GENERATION,
+    HEAD,
     MAGIC_GENERATION,
     Generation,
     decode_generation,
@@ -91,6 +92,16 @@ class GenerationIndex:
         if at is None:
             return None
         return Location(self.files[int(self._file[at])], int(self._offset[at]), int(self._length[at]))
+
+    def locate_all(self, digests: npt.NDArray[Any]) -> list[Location]:
+        """Where the generations of ``digests`` (an ``S16`` array, every one in the store) are: one
+        binary search for them all."""
+        import numpy as np
+
+        at = np.searchsorted(self._digests, digests)
+        assert bool((self._digests[at] == digests).all()), "locate_all: a digest is not in the store"
+        columns = (self._file[at].tolist(), self._offset[at].tolist(), self._length[at].tolist())
+        return [Location(self.files[f], o, n) for f, o, n in zip(*columns, strict=True)]
 
     def has(self, digests: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
         """For each of ``digests`` (an ``S16`` array), whether the store has its generation."""
@@ -162,6 +173,14 @@ class GenerationStore:
 
     def read(self, location: Location) -> Generation:
         return decode_generation(self._reader.read(location.path, location.offset, location.length))
+
+    def facts(self, location: Location) -> tuple[int, int, str]:
+        """(prompt ids, output ids, finish reason) of the generation at ``location``; its ids unread."""
+        head = self._reader.pread(location.path, HEAD.size + GEN_FIXED.size, location.offset)
+        *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
+        start = location.offset + len(head) + 4 * (n_prompt + n_output)
+        info = orjson.loads(self._reader.pread(location.path, n_json, start))
+        return n_prompt, n_output, str(info["finish_reason"])
 
     def flush(self) -> None:
         if self._writer is not None:

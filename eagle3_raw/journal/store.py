@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
-from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Generation, Outcome
+from eagle3_raw.journal.records import ROW, Generation, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
 from eagle3_raw.rows import META_FIELDS, Row, RowKey, arrow_schema, row_id
 
@@ -193,11 +193,9 @@ class Journal:
         firsts = entries.first_rows()
         present = firsts[index.has(entries.digest[firsts])]  # a row counts once its generation is in
         for chunk in iter_positions(present, 2048):
-            for position in chunk:
-                outcome = self.sets.read_outcome(entries, int(position))
-                location = index.locate(outcome.digest)
-                assert location is not None
-                yield outcome, location
+            locations = index.locate_all(entries.digest[chunk])
+            for position, location in zip(chunk.tolist(), locations, strict=True):
+                yield self.sets.read_outcome(entries, position), location
 
     def iter_tables(self, batch_rows: int = 1000) -> Iterator[pa.Table]:
         """Every row once, in key order, as tables in ``rows.arrow_schema()``; no server needed.
@@ -235,14 +233,20 @@ class Journal:
         """Counts: ``rows``, ``prompt_tokens``, ``generated_tokens``, ``finish_reasons`` {reason: rows},
         ``tokens_by_reason``, ``reused`` (rows made of generations journaled for another row or set),
         ``failures`` {kind: {reason: n}}. Reads no ids."""
-        by_reason: dict[str, Counter[str]] = {}
+        sums: dict[str, list[int]] = {}  # finish reason -> [rows, prompt tokens, generated tokens]
         reused = 0
         for outcome, location in self._rows():
-            n_prompt, n_output, finish = self._generation_facts(location)
-            by_reason.setdefault(finish, Counter()).update(
-                rows=1, prompt_tokens=n_prompt, generated_tokens=n_output
-            )
+            n_prompt, n_output, finish = self.generations.facts(location)
+            if finish not in sums:
+                sums[finish] = [0, 0, 0]
+            counts = sums[finish]
+            counts[0] += 1
+            counts[1] += n_prompt
+            counts[2] += n_output
             reused += bool(outcome.info.get("reused"))
+        by_reason = {
+            reason: Counter(rows=r, prompt_tokens=p, generated_tokens=g) for reason, (r, p, g) in sums.items()
+        }
         totals: Counter[str] = sum(by_reason.values(), Counter())
         failures = self.sets.failure_counts(self.failures())
         return {
@@ -257,21 +261,6 @@ class Journal:
             "reused": reused,
             "failures": {kind: failures.get(kind, {}) for kind in FAILURE_KINDS},
         }
-
-    def _generation_facts(self, location: Location) -> tuple[int, int, str]:
-        import orjson
-
-        from eagle3_raw.journal.files import open_read
-
-        fd = open_read(location.path)
-        try:
-            head = os.pread(fd, HEAD.size + GEN_FIXED.size, location.offset)
-            *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
-            start = location.offset + len(head) + 4 * (n_prompt + n_output)
-            info = orjson.loads(os.pread(fd, n_json, start))
-        finally:
-            os.close(fd)
-        return n_prompt, n_output, str(info["finish_reason"])
 
 
 def row_meta(outcome: Outcome, generation: Generation) -> dict[str, Any]:
