@@ -84,6 +84,14 @@ def write_journal(recipe_path: Path, root: Path, rows: int, missing: int, tokens
     return {"rows": rows - missing, "seconds": seconds, "bytes": size}
 
 
+def journal_is_current(recipe_path: Path, root: Path) -> bool:
+    """Whether ``root`` holds the recipe's set as this code names it."""
+    from eagle3_raw.recipe import load_recipe
+    from eagle3_raw.run import journal_dir_for
+
+    return (journal_dir_for(load_recipe(recipe_path), root) / "manifest.json").exists()
+
+
 def snapshot(root: Path) -> dict[str, Any]:
     files = {str(p): p.stat().st_size for p in root.rglob("*") if p.is_file()}
     manifests = {str(p): p.read_bytes() for p in root.rglob("manifest.json")}
@@ -246,7 +254,8 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     print(f"machine: {common.machine()}")
     with launch_reference(args=["--ledger", str(ledger)]) as server:
         recipe_path = recipe_for(work, server.url, args.rows, args.tokens)
-        if not (root / "sets").is_dir():
+        if not journal_is_current(recipe_path, root):  # none yet, or made by other code (another set id)
+            shutil.rmtree(root, ignore_errors=True)
             written = write_journal(recipe_path, root, args.rows, args.missing, args.tokens)
             rate, gib = written["rows"] / written["seconds"], written["bytes"] / 2**30
             print(f"journal: {written['rows']:,} rows of {args.tokens} ids written in "

@@ -25,7 +25,6 @@ from eagle3_raw.journal.records import (
     ALIAS,
     GEN_FIXED,
     GENERATION,
-    HEAD,
     MAGIC_GENERATION,
     Generation,
     decode_generation,
@@ -174,13 +173,10 @@ class GenerationStore:
     def read(self, location: Location) -> Generation:
         return decode_generation(self._reader.read(location.path, location.offset, location.length))
 
-    def facts(self, location: Location) -> tuple[int, int, str]:
-        """(prompt ids, output ids, finish reason) of the generation at ``location``; its ids unread."""
-        head = self._reader.pread(location.path, HEAD.size + GEN_FIXED.size, location.offset)
-        *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
-        start = location.offset + len(head) + 4 * (n_prompt + n_output)
-        info = orjson.loads(self._reader.pread(location.path, n_json, start))
-        return n_prompt, n_output, str(info["finish_reason"])
+    def read_bytes(self, path: Path, length: int, offset: int) -> bytes:
+        """``length`` bytes of the log ``path`` at ``offset``, unchecked (descriptors kept open until
+        :meth:`close_readers`)."""
+        return self._reader.pread(path, length, offset)
 
     def flush(self) -> None:
         if self._writer is not None:

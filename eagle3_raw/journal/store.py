@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
-from eagle3_raw.journal.records import ROW, Generation, Outcome
+from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Generation, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
 from eagle3_raw.rows import META_FIELDS, Row, RowKey, arrow_schema, row_id
 
@@ -233,20 +233,14 @@ class Journal:
         """Counts: ``rows``, ``prompt_tokens``, ``generated_tokens``, ``finish_reasons`` {reason: rows},
         ``tokens_by_reason``, ``reused`` (rows made of generations journaled for another row or set),
         ``failures`` {kind: {reason: n}}. Reads no ids."""
-        sums: dict[str, list[int]] = {}  # finish reason -> [rows, prompt tokens, generated tokens]
+        by_reason: dict[str, Counter[str]] = {}
         reused = 0
         for outcome, location in self._rows():
-            n_prompt, n_output, finish = self.generations.facts(location)
-            if finish not in sums:
-                sums[finish] = [0, 0, 0]
-            counts = sums[finish]
-            counts[0] += 1
-            counts[1] += n_prompt
-            counts[2] += n_output
+            n_prompt, n_output, finish = self._generation_facts(location)
+            by_reason.setdefault(finish, Counter()).update(
+                rows=1, prompt_tokens=n_prompt, generated_tokens=n_output
+            )
             reused += bool(outcome.info.get("reused"))
-        by_reason = {
-            reason: Counter(rows=r, prompt_tokens=p, generated_tokens=g) for reason, (r, p, g) in sums.items()
-        }
         totals: Counter[str] = sum(by_reason.values(), Counter())
         failures = self.sets.failure_counts(self.failures())
         return {
@@ -261,6 +255,16 @@ class Journal:
             "reused": reused,
             "failures": {kind: failures.get(kind, {}) for kind in FAILURE_KINDS},
         }
+
+    def _generation_facts(self, location: Location) -> tuple[int, int, str]:
+        import orjson
+
+        read = self.generations.read_bytes  # on the store's descriptors, open for the whole scan
+        head = read(location.path, HEAD.size + GEN_FIXED.size, location.offset)
+        *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
+        start = location.offset + len(head) + 4 * (n_prompt + n_output)
+        info = orjson.loads(read(location.path, n_json, start))
+        return n_prompt, n_output, str(info["finish_reason"])
 
 
 def row_meta(outcome: Outcome, generation: Generation) -> dict[str, Any]:
