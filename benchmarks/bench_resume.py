@@ -84,12 +84,18 @@ def write_journal(recipe_path: Path, root: Path, rows: int, missing: int, tokens
     return {"rows": rows - missing, "seconds": seconds, "bytes": size}
 
 
-def journal_is_current(recipe_path: Path, root: Path) -> bool:
-    """Whether ``root`` holds the recipe's set as this code names it."""
+def written_marker(recipe_path: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``root`` holds once :func:`write_journal` is done: the set as this code names it, its shape."""
     from eagle3_raw.recipe import load_recipe
     from eagle3_raw.run import journal_dir_for
 
-    return (journal_dir_for(load_recipe(recipe_path), root) / "manifest.json").exists()
+    directory = journal_dir_for(load_recipe(recipe_path), root)
+    return {"set": directory.name, "rows": args.rows, "tokens": args.tokens, "missing": args.missing}
+
+
+def journal_is_current(recipe_path: Path, root: Path, args: argparse.Namespace) -> bool:
+    marker = root.parent / "journal-written.json"
+    return marker.exists() and json.loads(marker.read_text()) == written_marker(recipe_path, root, args)
 
 
 def snapshot(root: Path) -> dict[str, Any]:
@@ -254,9 +260,11 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     print(f"machine: {common.machine()}")
     with launch_reference(args=["--ledger", str(ledger)]) as server:
         recipe_path = recipe_for(work, server.url, args.rows, args.tokens)
-        if not journal_is_current(recipe_path, root):  # none yet, or made by other code (another set id)
+        if not journal_is_current(recipe_path, root, args):  # none yet, or named by other code
             shutil.rmtree(root, ignore_errors=True)
             written = write_journal(recipe_path, root, args.rows, args.missing, args.tokens)
+            marker = written_marker(recipe_path, root, args)
+            (work / "journal-written.json").write_text(json.dumps(marker))
             rate, gib = written["rows"] / written["seconds"], written["bytes"] / 2**30
             print(f"journal: {written['rows']:,} rows of {args.tokens} ids written in "
                   f"{written['seconds']:.0f} s ({rate:,.0f} rows/s), {gib:.2f} GiB")  # fmt: skip

@@ -261,12 +261,14 @@ class _Build:
     def _planner(self, journal: Journal, renderer: Renderer) -> Planner:
         import numpy as np
 
+        from eagle3_raw.journal.sets import union_keys
+
         index = journal.generation_index()
         done = journal.done_keys(index)
         failed = journal.failed_keys(done)
         shard = self.options.shard
         self.stats.replayed = int(np.count_nonzero((done >> 24) % shard.count == shard.index))  # this shard's
-        exclude = KeySet(np.union1d(done, failed))
+        exclude = KeySet(union_keys(done, failed))
         return Planner(
             self.recipe, renderer, self.target, shard=self.options.shard, exclude=exclude, index=index
         )

@@ -27,11 +27,13 @@ import pytest
 import eagle3_raw
 from eagle3_raw.errors import ServerUnreachable
 from eagle3_raw.identity import Target, set_config_id
-from eagle3_raw.journal import Journal
+from eagle3_raw.journal import Journal, pack_key
 from eagle3_raw.journal.generations import GenerationIndex, generations_dir
+from eagle3_raw.plan import KeySet
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.reference.launch import launch_reference
 from eagle3_raw.reference.ledger import read_ledger
+from eagle3_raw.rows import RowKey
 from eagle3_raw.run import RunOptions, journal_dir_for, resolve, run
 from tests.helpers import (
     generations,
@@ -174,6 +176,22 @@ class _Before:
         assert not again, sorted(again)[:10]
         held = self.store.has(np.array(list(asked.values()), "S16"))
         assert not held.any(), [rid for rid, h in zip(asked, held, strict=True) if h][:10]
+
+
+def test_the_set_of_done_keys_answers_as_a_set_in_any_order() -> None:
+    """KeySet, the planner's bookkeeping of done rows (8 bytes a key), looked up in key order (the
+    planner's), in reverse and at random, with keys on both sides of every gap."""
+    rng = random.Random(3)
+    held = sorted(
+        {RowKey(rng.randrange(3000), rng.randrange(-1, 6), rng.randrange(-1, 5)) for _ in range(5000)}
+    )
+    keys = KeySet(np.array([pack_key(k) for k in held], np.int64))
+    every = [RowKey(i, t, s) for i in range(3002) for t in range(-1, 7) for s in range(-1, 6)]
+    expected = set(held)
+    for order in (every, every[::-1], rng.sample(every, len(every))):
+        assert [k in keys for k in order] == [k in expected for k in order]
+    assert len(keys) == len(held) and "p0:1:0" not in keys
+    assert RowKey(0, 1, 0) not in KeySet(np.zeros(0, np.int64))
 
 
 def test_faults_at_several_percent_give_the_same_set_as_a_clean_run(tmp_path: Path) -> None:

@@ -106,7 +106,9 @@ class GenerationIndex:
         """For each of ``digests`` (an ``S16`` array), whether the store has its generation."""
         import numpy as np
 
-        at = np.searchsorted(self._digests, digests)  # not np.isin: it sorts a copy of both
+        order = np.argsort(digests, kind="stable")  # not np.isin: it sorts a copy of both
+        at = np.empty(len(digests), np.intp)
+        at[order] = np.searchsorted(self._digests, digests[order])  # in order: each search resumes
         found = at < len(self._digests)
         found[found] = self._digests[at[found]] == digests[found]
         return found

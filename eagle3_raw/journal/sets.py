@@ -57,6 +57,17 @@ def pack_key(key: RowKey) -> int:
     return int(pack_keys(key.index, key.turn, key.sample))
 
 
+def union_keys(*arrays: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The distinct packed keys of ``arrays``, sorted: ``np.union1d`` without its cost (numpy 2.4's
+    ``unique`` takes ~0.6 s for a million int64s, a sort and a compare ~20 ms)."""
+    import numpy as np
+
+    merged = np.sort(np.concatenate([np.asarray(a, np.int64) for a in arrays]), kind="stable")
+    keep = np.ones(len(merged), bool)
+    np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+    return merged[keep]
+
+
 @dataclass(frozen=True)
 class Entries:
     """A snapshot of a set's outcome index files: one row per outcome, sorted by key."""

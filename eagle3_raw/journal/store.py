@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Generation, Outcome
-from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
+from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions, union_keys
 from eagle3_raw.rows import META_FIELDS, Row, RowKey, arrow_schema, row_id
 
 if TYPE_CHECKING:
@@ -149,24 +149,22 @@ class Journal:
     def done_keys(self, index: GenerationIndex | None = None) -> npt.NDArray[np.int64]:
         """Packed keys (:func:`~eagle3_raw.journal.sets.pack_key`) with a row whose generation is
         in the store, sorted: what a resume does not ask for again."""
-        import numpy as np
 
         self.flush()
         entries = self.sets.entries()
         firsts = entries.first_rows()
         index = index or self.generation_index()
         present = index.has(entries.digest[firsts])
-        return np.unique(entries.packed[firsts][present])
+        return entries.packed[firsts][present]  # one per key, in key order: sorted and distinct
 
     def outcome_keys(self) -> npt.NDArray[np.int64]:
         """Packed keys with an outcome that counts: a row whose generation is in the store, or a
         failure (what a shard's completion marker counted)."""
-        import numpy as np
 
         from eagle3_raw.journal.records import FAILURE
 
         entries = self.sets.entries()
-        return np.union1d(self.done_keys(), entries.packed[entries.kind == FAILURE])
+        return union_keys(self.done_keys(), entries.packed[entries.kind == FAILURE])
 
     def failed_keys(self, done: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Packed keys whose current failure is ``failed`` (not asked again unless --retry-failed)."""
@@ -175,7 +173,7 @@ class Journal:
         from eagle3_raw.journal.sets import pack_key
 
         failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] == "failed"]
-        return np.unique(np.array(failed, np.int64))
+        return union_keys(np.array(failed, np.int64))
 
     # --- reading -----------------------------------------------------------------------------------
 
