@@ -201,10 +201,10 @@ def step(name: str, results: list[dict[str, Any]], call: Any) -> Any:
 
 def bookkeeping_child(recipe_path: Path, root: Path) -> dict[str, Any]:
     """Each step of planning a resume, timed and traced; then the old implementation's sets."""
-    import numpy as np
 
     from eagle3_raw.identity import set_config_id
     from eagle3_raw.journal import Journal
+    from eagle3_raw.journal.sets import union_keys
     from eagle3_raw.plan import KeySet
     from eagle3_raw.recipe import load_recipe
     from eagle3_raw.rows import RowKey
@@ -218,7 +218,7 @@ def bookkeeping_child(recipe_path: Path, root: Path) -> dict[str, Any]:
     index = step("generation index (GenerationIndex)", steps, journal.generation_index)
     done = step("done keys (Journal.done_keys)", steps, lambda: journal.done_keys(index))
     failed = step("failed keys (Journal.failed_keys)", steps, lambda: journal.failed_keys(done))
-    exclude = step("exclusion set (KeySet of both)", steps, lambda: KeySet(np.union1d(done, failed)))
+    exclude = step("exclusion set (KeySet of both)", steps, lambda: KeySet(union_keys(done, failed)))
     keys = [RowKey(i, TURN, 0) for i in range(len(done))]
     found = step(
         "a lookup per row, in key order (key in KeySet)", steps, lambda: sum(k in exclude for k in keys)

@@ -203,10 +203,10 @@ class SetJournal:
         packed = pack_keys(keys["index"], keys["turn"].astype(np.int64), keys["sample"].astype(np.int64))
         del keys
         order = np.lexsort((c["offset"], c["file"], packed))  # by key, then file, then offset: first wins
-        return Entries(
-            packed[order], c["key2"][order], c["kind"][order], c["file"][order], c["offset"][order],
-            c["length"][order], files,
-        )  # fmt: skip
+        packed = packed[order]
+        for name in ("key2", "kind", "file", "offset", "length"):
+            c[name] = c[name][order]  # one column at a time: one copy alive, not all six
+        return Entries(packed, c["key2"], c["kind"], c["file"], c["offset"], c["length"], files)
 
     def read_outcome(self, entries: Entries, position: int) -> Outcome:
         path = entries.files[int(entries.file[position])]
