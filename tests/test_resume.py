@@ -16,27 +16,35 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 import pytest
 
 import eagle3_raw
 from eagle3_raw.errors import ServerUnreachable
-from eagle3_raw.journal import Journal
+from eagle3_raw.identity import Target, set_config_id
+from eagle3_raw.journal import Journal, pack_key
+from eagle3_raw.journal.generations import GenerationIndex, generations_dir
+from eagle3_raw.plan import KeySet
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.reference.launch import launch_reference
 from eagle3_raw.reference.ledger import read_ledger
-from eagle3_raw.run import RunOptions, journal_dir_for, run
+from eagle3_raw.rows import RowKey
+from eagle3_raw.run import RunOptions, journal_dir_for, resolve, run
 from tests.helpers import (
     generations,
     line_rid,
     reference_server,
+    requested_digests,
     requested_rids,
     rid_attempt,
     rid_row_id,
     rid_run,
+    row_digests,
     write_jsonl,
     write_prompts,
     write_recipe,
@@ -88,16 +96,21 @@ def _indexed_bytes(directory: Path) -> int:
 
 
 def test_sigkilled_build_resumes_to_the_same_rows_without_asking_twice(tmp_path: Path) -> None:
+    """Killed three times at random points, then resumed: by request digest, no generation the store
+    held when a build started was asked again by it, the store holds each generation once, and every
+    row is the generation of the same request as in an uninterrupted build."""
     write_prompts(tmp_path, 150)
     rng = random.Random(7)
     with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "0.5") as (server, ledger):
         sampling = {"samples_per_prompt": 2, "max_new_tokens": 256}
         recipe = write_recipe(tmp_path, endpoints=[server.url], sampling=sampling)
+        target, config_id = _target_of(recipe, tmp_path / "journals")
         set_dir = journal_dir_for(load_recipe(recipe), tmp_path / "journals")
         journaled: set[str] = set()
-        builds: list[tuple[set[str], set[str]]] = []  # each build's runs, and what was journaled before it
+        builds: list[_Before] = []  # what each build started with, and its runs
         for _ in range(3):  # killed at a random point after a flush, three times over
-            asked_before, size = len(requested_rids(ledger)), _indexed_bytes(set_dir)
+            before = _Before.now(ledger, tmp_path / "journals", target, journaled)
+            size = _indexed_bytes(set_dir)
             build = subprocess.Popen(
                 _build_command(recipe, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
@@ -105,37 +118,80 @@ def test_sigkilled_build_resumes_to_the_same_rows_without_asking_twice(tmp_path:
             time.sleep(rng.uniform(0.0, 0.5))
             build.kill()
             assert build.wait() == -signal.SIGKILL, "the build finished before it could be killed"
-            builds.append((_runs_since(ledger, asked_before), journaled))
-            _assert_not_asked_again(ledger, *builds[-1])
+            builds.append(before.runs_since(ledger))
+            builds[-1].assert_not_asked_again(ledger, target)
             now = _journaled_ids(recipe, tmp_path)
             assert now > journaled, "the killed build journaled nothing new"
             journaled = now
-        asked_before = len(requested_rids(ledger))
+        before = _Before.now(ledger, tmp_path / "journals", target, journaled)
         resumed = _final(recipe, tmp_path)
-        builds.append((_runs_since(ledger, asked_before), journaled))
-        for runs, before in builds:  # again: a killed build's late lines are in the ledger by now
-            _assert_not_asked_again(ledger, runs, before)
+        builds.append(before.runs_since(ledger))
+        for build_runs in builds:  # again: a killed build's late lines are in the ledger by now
+            build_runs.assert_not_asked_again(ledger, target)
         clean = _clean_build(recipe, tmp_path)
     _assert_same_rows(resumed, clean)
+    rows = row_digests(tmp_path / "journals", config_id)
+    assert rows == row_digests(tmp_path / "clean-journals", config_id)  # the same request for every row
+    store = GenerationIndex(generations_dir(tmp_path / "journals", target))
+    assert len(store) == len(rows) == 300  # each generation kept once, though asked for across kills
 
 
-def _runs_since(ledger: Path, asked_before: int) -> set[str]:
-    """The runs (the run part of their rids) first seen in the ledger after its first ``asked_before``
-    rids: the build started then. Not simply every line after ``asked_before``: the server may still
-    write lines for the in-flight requests of a build killed before."""
-    rids = requested_rids(ledger)
-    return {rid_run(rid) for rid in rids[asked_before:]} - {rid_run(rid) for rid in rids[:asked_before]}
+def _target_of(recipe: Path, journals: Path) -> tuple[Target, str]:
+    loaded = load_recipe(recipe)
+    target = resolve(loaded, RunOptions(journal_dir=journals))
+    return target, set_config_id(loaded, target)
 
 
-def _assert_not_asked_again(ledger: Path, runs: set[str], journaled: set[str]) -> None:
-    """No row in ``journaled`` was requested by ``runs``: every request counts, answered or not,
-    delivered or cut off (not only the deliveries :func:`generations` keeps).
+@dataclass(frozen=True)
+class _Before:
+    """What a build started with (the ledger's rids so far, the rows journaled, a snapshot of the
+    generation store) and, once it has run, the runs it made (the run part of their rids)."""
 
-    ``journaled`` must be what was journaled when those runs started: it is read after the previous
-    build was killed, so it holds only rows flushed before that kill. A row the killed build had in
-    flight is not in it, and may rightly be asked again."""
-    asked_again = {rid_row_id(rid) for rid in requested_rids(ledger) if rid_run(rid) in runs}
-    assert not asked_again & journaled, sorted(asked_again & journaled)[:10]
+    asked: int
+    journaled: set[str]
+    store: GenerationIndex
+    runs: frozenset[str] = frozenset()
+
+    @classmethod
+    def now(cls, ledger: Path, journals: Path, target: Target, journaled: set[str]) -> _Before:
+        return cls(len(requested_rids(ledger)), journaled, GenerationIndex(generations_dir(journals, target)))
+
+    def runs_since(self, ledger: Path) -> _Before:
+        """With the runs first seen in the ledger after its first ``asked`` rids: the build started
+        then. Not simply every line after ``asked``: the server may still write lines for the
+        in-flight requests of a build killed before."""
+        rids = requested_rids(ledger)
+        runs = {rid_run(rid) for rid in rids[self.asked :]} - {rid_run(rid) for rid in rids[: self.asked]}
+        return replace(self, runs=frozenset(runs))
+
+    def assert_not_asked_again(self, ledger: Path, target: Target) -> None:
+        """No row journaled, and no generation in the store, when the build started was requested
+        by it: every request counts, answered or not, delivered or cut off, compared by row id and
+        by request digest.
+
+        Both were read after the previous build was killed, so they hold only what was flushed
+        before that kill: a request the killed build had in flight may rightly be asked again."""
+        asked = {rid: d for rid, d in requested_digests(ledger, target).items() if rid_run(rid) in self.runs}
+        again = {rid_row_id(rid) for rid in asked} & self.journaled
+        assert not again, sorted(again)[:10]
+        held = self.store.has(np.array(list(asked.values()), "S16"))
+        assert not held.any(), [rid for rid, h in zip(asked, held, strict=True) if h][:10]
+
+
+def test_the_set_of_done_keys_answers_as_a_set_in_any_order() -> None:
+    """KeySet, the planner's bookkeeping of done rows (8 bytes a key), looked up in key order (the
+    planner's), in reverse and at random, with keys on both sides of every gap."""
+    rng = random.Random(3)
+    held = sorted(
+        {RowKey(rng.randrange(3000), rng.randrange(-1, 6), rng.randrange(-1, 5)) for _ in range(5000)}
+    )
+    keys = KeySet(np.array([pack_key(k) for k in held], np.int64))
+    every = [RowKey(i, t, s) for i in range(3002) for t in range(-1, 7) for s in range(-1, 6)]
+    expected = set(held)
+    for order in (every, every[::-1], rng.sample(every, len(every))):
+        assert [k in keys for k in order] == [k in expected for k in order]
+    assert len(keys) == len(held) and "p0:1:0" not in keys
+    assert RowKey(0, 1, 0) not in KeySet(np.zeros(0, np.int64))
 
 
 def test_faults_at_several_percent_give_the_same_set_as_a_clean_run(tmp_path: Path) -> None:

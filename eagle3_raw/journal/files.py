@@ -69,15 +69,16 @@ def make_private_dir(directory: Path, root: Path) -> None:
         for created in missing:  # deepest first: each new directory's entry in its parent
             fsync_dir(created.parent)  # fsync point
     for level in (directory, *directory.parents):
-        check_private_dir(level)
+        check_private_dir(level, follow=level == root)  # the root may be a link (to a shared disk)
         if level == root:
             break
 
 
-def check_private_dir(directory: Path) -> None:
-    """JournalError unless ``directory`` is a folder (not a link) of this user that only it may write."""
+def check_private_dir(directory: Path, *, follow: bool = False) -> None:
+    """JournalError unless ``directory`` is a folder (not a link, unless ``follow``: then the folder
+    it leads to) of this user that only it may write."""
     with guard("inspect", directory):
-        info = os.lstat(directory)
+        info = os.stat(directory) if follow else os.lstat(directory)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise JournalError(f"{directory} is not a folder (a link or a file): refusing to use it as a journal")
     if info.st_uid != os.geteuid():
@@ -195,17 +196,18 @@ def locked(path: Path, *, shared: bool = False) -> Iterator[None]:
 
 
 def temporary_name(path: Path) -> Path:
-    """A temporary sibling of ``path`` unique to this host and process (shared folders: another
-    host's temporary files are never touched)."""
-    return path.with_name(f".{path.name}.{host_name()}.{os.getpid()}.tmp")
+    """A temporary sibling of ``path`` unique to this host and process, ``.<name>~<host>~<pid>.tmp``
+    (shared folders: another host's temporary files are never touched). ``~`` is in no host name
+    (:func:`host_name`), so the owner reads back exactly: ``a.b`` is not host ``b``."""
+    return path.with_name(f".{path.name}~{host_name()}~{os.getpid()}.tmp")
 
 
 def remove_own_temporaries(directory: Path) -> None:
     """Remove temporary files this host left in ``directory`` from processes that are gone."""
-    prefix = f".{host_name()}."
-    for stale in directory.glob(".*.tmp"):
-        head, _, pid = stale.name[: -len(".tmp")].rpartition(".")
-        if not head.endswith(prefix[:-1]) or not pid.isdigit() or _alive(int(pid)):
+    host = host_name()
+    for stale in directory.glob(".*~*~*.tmp"):
+        _, owner, pid = stale.name[: -len(".tmp")].rsplit("~", 2)
+        if owner != host or not pid.isdigit() or _alive(int(pid)):
             continue
         with contextlib.suppress(OSError):
             stale.unlink()

@@ -92,11 +92,23 @@ class GenerationIndex:
             return None
         return Location(self.files[int(self._file[at])], int(self._offset[at]), int(self._length[at]))
 
+    def locate_all(self, digests: npt.NDArray[Any]) -> list[Location]:
+        """Where the generations of ``digests`` (an ``S16`` array, every one in the store) are: one
+        binary search for them all."""
+        import numpy as np
+
+        at = np.searchsorted(self._digests, digests)
+        assert bool((self._digests[at] == digests).all()), "locate_all: a digest is not in the store"
+        columns = (self._file[at].tolist(), self._offset[at].tolist(), self._length[at].tolist())
+        return [Location(self.files[f], o, n) for f, o, n in zip(*columns, strict=True)]
+
     def has(self, digests: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
         """For each of ``digests`` (an ``S16`` array), whether the store has its generation."""
         import numpy as np
 
-        at = np.searchsorted(self._digests, digests)  # not np.isin: it sorts a copy of both
+        order = np.argsort(digests, kind="stable")  # not np.isin: it sorts a copy of both
+        at = np.empty(len(digests), np.intp)
+        at[order] = np.searchsorted(self._digests, digests[order])  # in order: each search resumes
         found = at < len(self._digests)
         found[found] = self._digests[at[found]] == digests[found]
         return found
@@ -162,6 +174,11 @@ class GenerationStore:
 
     def read(self, location: Location) -> Generation:
         return decode_generation(self._reader.read(location.path, location.offset, location.length))
+
+    def read_bytes(self, path: Path, length: int, offset: int) -> bytes:
+        """``length`` bytes of the log ``path`` at ``offset``, unchecked (descriptors kept open until
+        :meth:`close_readers`)."""
+        return self._reader.pread(path, length, offset)
 
     def flush(self) -> None:
         if self._writer is not None:

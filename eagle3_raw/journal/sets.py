@@ -60,6 +60,17 @@ def pack_key(key: RowKey) -> int:
     return int(pack_keys(key.index, key.turn, key.sample))
 
 
+def union_keys(*arrays: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The distinct packed keys of ``arrays``, sorted: ``np.union1d`` without its cost (numpy 2.4's
+    ``unique`` takes ~0.6 s for a million int64s, a sort and a compare ~20 ms)."""
+    import numpy as np
+
+    merged = np.sort(np.concatenate([np.asarray(a, np.int64) for a in arrays]), kind="stable")
+    keep = np.ones(len(merged), bool)
+    np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+    return merged[keep]
+
+
 @dataclass(frozen=True)
 class Entries:
     """A snapshot of a set's outcome index files: one row per outcome, sorted by key."""
@@ -195,10 +206,10 @@ class SetJournal:
         packed = pack_keys(keys["index"], keys["turn"].astype(np.int64), keys["sample"].astype(np.int64))
         del keys
         order = np.lexsort((c["offset"], c["file"], packed))  # by key, then file, then offset: first wins
-        return Entries(
-            packed[order], c["key2"][order], c["kind"][order], c["file"][order], c["offset"][order],
-            c["length"][order], files,
-        )  # fmt: skip
+        packed = packed[order]
+        for name in ("key2", "kind", "file", "offset", "length"):
+            c[name] = c[name][order]  # one column at a time: one copy alive, not all six
+        return Entries(packed, c["key2"], c["kind"], c["file"], c["offset"], c["length"], files)
 
     def read_outcome(self, entries: Entries, position: int) -> Outcome:
         path = entries.files[int(entries.file[position])]
@@ -227,7 +238,10 @@ class SetJournal:
                 "id": str(info.get("id", "")), "kind": str(info.get("kind")),
                 "reason": str(info.get("reason", "")),
             }  # fmt: skip
-        done_set = set(np.intersect1d(np.fromiter(latest, np.int64, len(latest)), rows).tolist())
+        failed = np.fromiter(latest, np.int64, len(latest))
+        # assume_unique skips numpy's unique (0.6 s a million); keys rows repeats may come out too,
+        # which is harmless: only the keys of ``latest`` are looked up in done_set
+        done_set = set(np.intersect1d(failed, rows, assume_unique=True).tolist())
         return [latest[k] for k in sorted(latest) if k not in done_set]
 
     def failure_counts(self, failures: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3_raw.journal.assembly import Pair, merged_groups, mixture_counts, rollout_stats, to_row, to_table
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Outcome
-from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions
+from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions, union_keys
 from eagle3_raw.rows import Row, RowKey, arrow_schema
 
 if TYPE_CHECKING:
@@ -150,24 +150,22 @@ class Journal:
     def done_keys(self, index: GenerationIndex | None = None) -> npt.NDArray[np.int64]:
         """Packed keys (:func:`~eagle3_raw.journal.sets.pack_key`) with a row whose generation is
         in the store, sorted: what a resume does not ask for again."""
-        import numpy as np
 
         self.flush()
         entries = self.sets.entries()
         firsts = entries.first_rows()
         index = index or self.generation_index()
         present = index.has(entries.digest[firsts])
-        return np.unique(entries.packed[firsts][present])
+        return entries.packed[firsts][present]  # one per key, in key order: sorted and distinct
 
     def outcome_keys(self) -> npt.NDArray[np.int64]:
         """Packed keys with an outcome that counts: a row whose generation is in the store, or a
         failure (what a shard's completion marker counted)."""
-        import numpy as np
 
         from eagle3_raw.journal.records import FAILURE
 
         entries = self.sets.entries()
-        return np.union1d(self.done_keys(), entries.packed[entries.kind == FAILURE])
+        return union_keys(self.done_keys(), entries.packed[entries.kind == FAILURE])
 
     def failed_keys(
         self, done: npt.NDArray[np.int64], kinds: tuple[str, ...] = ("failed",)
@@ -179,7 +177,7 @@ class Journal:
         from eagle3_raw.journal.sets import pack_key
 
         failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] in kinds]
-        return np.unique(np.array(failed, np.int64))
+        return union_keys(np.array(failed, np.int64))
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -197,11 +195,9 @@ class Journal:
         firsts = entries.first_rows()
         present = firsts[index.has(entries.digest[firsts])]  # a row counts once its generation is in
         for chunk in iter_positions(present, 2048):
-            for position in chunk:
-                outcome = self.sets.read_outcome(entries, int(position))
-                location = index.locate(outcome.digest)
-                assert location is not None
-                yield outcome, location
+            locations = index.locate_all(entries.digest[chunk])
+            for position, location in zip(chunk.tolist(), locations, strict=True):
+                yield self.sets.read_outcome(entries, position), location
 
     def iter_tables(self, batch_rows: int = 1000) -> Iterator[pa.Table]:
         """Every row once, in key order, as tables in ``rows.arrow_schema()``; no server needed.
@@ -297,16 +293,11 @@ class Journal:
         read without its ids."""
         import orjson
 
-        from eagle3_raw.journal.files import open_read
-
-        fd = open_read(location.path)
-        try:
-            head = os.pread(fd, HEAD.size + GEN_FIXED.size, location.offset)
-            *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
-            start = location.offset + len(head) + 4 * (n_prompt + n_output)
-            info = orjson.loads(os.pread(fd, n_json, start))
-        finally:
-            os.close(fd)
+        read = self.generations.read_bytes  # on the store's descriptors, open for the whole scan
+        head = read(location.path, HEAD.size + GEN_FIXED.size, location.offset)
+        *_, n_prompt, n_output, n_json = GEN_FIXED.unpack_from(head, HEAD.size)
+        start = location.offset + len(head) + 4 * (n_prompt + n_output)
+        info = orjson.loads(read(location.path, n_json, start))
         return n_prompt, n_output, str(info["finish_reason"])
 
 
