@@ -20,6 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tests.support.fetch_lock import fetch_lock
+
 SGLANG_VERSION = "0.5.23"
 MEMBER = "sglang/api/v1/api_types.py"
 
@@ -33,11 +35,12 @@ def api_types_path() -> Path:
     """The cached ``api_types.py``, fetching the wheel first if needed."""
     target = cache_dir() / "api_types.py"
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source = _extract(_wheel())
-        partial = target.with_suffix(".partial")
-        partial.write_bytes(source)
-        partial.replace(target)
+        with fetch_lock(cache_dir(), "wheel"):
+            if not target.exists():  # another worker may have fetched it meanwhile
+                source = _extract(_wheel())
+                partial = target.with_suffix(".partial")
+                partial.write_bytes(source)
+                partial.replace(target)
     return target
 
 
@@ -46,7 +49,13 @@ def source_root(members: Sequence[str]) -> Path:
     extracted from the wheel once and cached under :func:`cache_dir` ``/src``; fetches the wheel
     only when one is missing."""
     root = cache_dir() / "src"
-    missing = [m for m in members if not (root / m).exists()]
+    if any(not (root / m).exists() for m in members):
+        with fetch_lock(cache_dir(), "wheel"):
+            _extract_members(root, [m for m in members if not (root / m).exists()])
+    return root
+
+
+def _extract_members(root: Path, missing: Sequence[str]) -> None:
     if missing:
         with zipfile.ZipFile(_wheel()) as archive:
             for member in missing:
@@ -55,7 +64,6 @@ def source_root(members: Sequence[str]) -> Path:
                 partial = target.with_name(target.name + ".partial")
                 partial.write_bytes(archive.read(member))
                 partial.replace(target)
-    return root
 
 
 def _wheel() -> Path:

