@@ -21,8 +21,9 @@ import pytest
 import yaml
 from huggingface_hub import DatasetCard, HfApi
 
+import eagle3_raw
 from eagle3_raw import card as card_module
-from eagle3_raw import hub, hub_cli, redact
+from eagle3_raw import cli, hub, hub_cli, redact
 from eagle3_raw.errors import HubError
 from eagle3_raw.recipe import SGLANG_SAMPLING_DEFAULTS, load_recipe
 from eagle3_raw.resources import builder_scripts_dir
@@ -333,6 +334,37 @@ def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: 
     assert "verdict           full agreement" in done.stdout
     assert hub_server.find_bytes(hub_server.tokens.write) == []
     assert hub_server.tokens.write not in done.stdout + done.stderr
+
+
+def test_a_forced_merge_is_never_loaded_or_published_as_the_whole_set(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    """``merge --force`` with a shard missing caches a set marked partial under its own config id.
+    Only a push that asks for it publishes that set, saying so on the card and in the manifest; a
+    later ``load``, ``load_dataset`` and plain ``push`` each give the whole set (the missing shard
+    generated first), never the partial one."""
+    recipe = _recipe(tmp_path / "r", prompts={"limit": 4})
+    journals, cache = tmp_path / "journals", tmp_path / "cache"
+    places = ["--journal-dir", str(journals), "--cache-dir", str(cache)]
+    assert cli.main(["build", str(recipe), "--shard", "1/2", "--quiet", *places]) == 0
+    assert cli.main(["merge", str(recipe), "--force", *places]) == 0
+    options = {"journal_dir": journals, "progress": "none"}
+    partial = hub.push(str(recipe), REPO, cache_dir=cache, run_options=options, partial=True)
+    manifest = orjson.loads(emulator.files(REPO)["recipes/haiku.manifest.json"])
+    _, text = _card(emulator)
+    assert partial.rows == 2 and manifest["partial"] == "of 2: missing [0]"
+    assert manifest["config_id"].endswith("-partial") and "**Partial set**" in text
+    whole = eagle3_raw.load(str(recipe), cache_dir=str(cache), journal_dir=journals, progress="none")
+    loaded = datasets.load_dataset(
+        "eagle3_raw", recipe=str(recipe), split="train", cache_dir=str(cache), journal_dir=journals,
+        progress="none",
+    )  # fmt: skip
+    assert len(whole) == len(loaded) == 4 and whole["id"] == loaded["id"]
+    pushed = hub.push(str(recipe), REPO, cache_dir=cache, run_options=options)
+    manifest = orjson.loads(emulator.files(REPO)["recipes/haiku.manifest.json"])
+    _, text = _card(emulator)
+    assert pushed.rows == 4 and manifest["partial"] is None and "Partial set" not in text
+    assert not manifest["config_id"].endswith("-partial")
 
 
 # --- credentials and secrets -------------------------------------------------------------------------
