@@ -116,10 +116,25 @@ def measure(
         "client": name,
         **counters,
         **result,
+        "util_slots_by_tenth": by_tenth(poller, requests, sum(args.slots)),
         "client_process_cpu_seconds": cpu.clients,
         "server_cpu_seconds": cpu.servers,
         "others_cpu_seconds": cpu.others,
     }
+
+
+def by_tenth(poller: Any, requests: int, slots: int) -> list[float]:
+    """Busy slots / slots in each tenth of the window (where in the build the server ran short)."""
+    t, busy, sent = poller.times(), poller.series("busy_slot_seconds"), poller.series("generate_requests")
+    start = poller.start_index()
+    end = next(i for i, n in enumerate(sent) if n >= requests)
+    tenths = []
+    for k in range(10):
+        lo, hi = t[start] + (t[end] - t[start]) * k / 10, t[start] + (t[end] - t[start]) * (k + 1) / 10
+        a = next(i for i in range(start, end + 1) if t[i] >= lo)
+        b = next(i for i in range(start, end + 1) if t[i] >= hi or i == end)
+        tenths.append((busy[b] - busy[a]) / (slots * max(t[b] - t[a], 1e-9)))
+    return tenths
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -142,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             flush=True,
         )
         results = []
-        for turns in ("all", "rollout"):
+        for turns in args.builds:
             recipe = common.write_recipe(
                 work / f"recipe-{turns}.yaml", {**base, "name": f"b-{turns}", "turns": turns}
             )
@@ -206,6 +221,9 @@ def print_results(results: list[dict[str, Any]]) -> None:
             for r in results
         ],
     )
+    for r in results:
+        print(f"{r['client']}: util slots by tenth of the window: "
+              + " ".join(f"{u:.3f}" for u in r["util_slots_by_tenth"]))  # fmt: skip
     util = utilization._window_utilization(results[-1])
     verdict = "not judged (window too short)" if util is None else "met" if util >= TARGET else "NOT met"
     print(f"target: rollouts >= {TARGET} of capacity in the window: {verdict}")
@@ -222,6 +240,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--time-limit", type=float, default=900.0)
     parser.add_argument("--quick", action="store_true", help="250 conversations: a smoke run")
+    parser.add_argument("--builds", nargs="+", choices=("all", "rollout"), default=["all", "rollout"],
+                        help="which builds to run (default: both, side by side)")  # fmt: skip
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--journal", type=Path, help=argparse.SUPPRESS)
