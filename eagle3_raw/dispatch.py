@@ -159,21 +159,25 @@ class Dispatcher:
         for attempt in range(self.recipe.server.max_retries + 1):
             if attempt:
                 await asyncio.sleep(backoff(attempt))
+            endpoint = None
             try:
-                return await call(self.session, self._url_for(index))
+                endpoint = self._endpoint_for(index)
+                return await call(self.session, endpoint.url)
             except RetryableError as exc:
                 if self.stop.is_set():
                     raise Stopping from exc
+                if endpoint is not None:
+                    self._forget_endpoint(index, endpoint)
                 last = exc
         raise RetriesExhausted(f"{self.recipe.server.max_retries + 1} attempts failed; last: {last}")
 
-    def _url_for(self, index: int) -> str:
+    def _endpoint_for(self, index: int) -> Endpoint:
         assert self.pool is not None
         endpoint = self.pool.pick(self.affinity.get(index))
         if endpoint is None:
             raise ConnectError("no endpoint is up")
         self._remember_endpoint(index, endpoint)
-        return endpoint.url
+        return endpoint
 
     async def render_history(
         self, conv: Conversation, turn: int, history: list[dict[str, Any]], choice: Choice | None
@@ -266,8 +270,7 @@ class Dispatcher:
         except BaseException as exc:
             fault = isinstance(exc, _ENDPOINT_FAULTS) and not self.stop.is_set()  # not our own aborts
             await self.pool.release(endpoint, ok=False, endpoint_fault=fault)
-            if self.affinity.get(job.key.index) is endpoint:
-                del self.affinity[job.key.index]  # a retry goes to the least loaded endpoint
+            self._forget_endpoint(job.key.index, endpoint)
             if isinstance(exc, RequestTimeout):
                 self._background(sglang.abort(self.session, endpoint.url, rid))
             raise
@@ -301,6 +304,11 @@ class Dispatcher:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _forget_endpoint(self, index: int, endpoint: Endpoint) -> None:
+        """After a failed request to ``endpoint``: the retry goes to the least loaded endpoint."""
+        if self.affinity.get(index) is endpoint:
+            del self.affinity[index]
 
     def _remember_endpoint(self, index: int, endpoint: Endpoint) -> None:
         assert self.pool is not None

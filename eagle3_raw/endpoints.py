@@ -33,10 +33,20 @@ class Endpoint:
     in_flight: int = 0
     healthy: bool = True
     consecutive_failures: int = 0
+    chosen: int = 0
+    """Times picked as the least loaded: equally loaded endpoints take turns (a render that sets a
+    conversation's endpoint before any generation is in flight must not always pick the first)."""
 
     @property
     def room(self) -> int:
         return self.limit - self.in_flight if self.healthy else 0
+
+
+def _least_loaded(endpoints: Sequence[Endpoint]) -> Endpoint:
+    """The endpoint with the most room (fewest in flight, then the one chosen least often)."""
+    best = max(endpoints, key=lambda e: (e.room, -e.in_flight, -e.chosen))
+    best.chosen += 1
+    return best
 
 
 class EndpointPool:
@@ -81,13 +91,12 @@ class EndpointPool:
         if preferred is not None and preferred.healthy:
             return preferred
         healthy = [e for e in self.endpoints if e.healthy]
-        return max(healthy, key=lambda e: (e.room, -e.in_flight)) if healthy else None
+        return _least_loaded(healthy) if healthy else None
 
     def _choose(self, preferred: Endpoint | None) -> Endpoint | None:
         if preferred is not None and preferred.room > 0:
             return preferred
-        best = max(self.endpoints, key=lambda e: (e.room, -e.in_flight))
-        return best if best.room > 0 else None
+        return _least_loaded(self.endpoints) if any(e.room > 0 for e in self.endpoints) else None
 
     async def _wait(self) -> None:
         if any(e.healthy for e in self.endpoints):

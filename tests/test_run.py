@@ -38,9 +38,17 @@ def _source(rid: str) -> str:
 
 def test_samples_of_one_prompt_go_to_one_endpoint(tmp_path: Path) -> None:
     write_prompts(tmp_path, 40)
-    with reference_server(tmp_path) as (a, ledger_a), reference_server(tmp_path) as (b, ledger_b):
-        sampling = {"samples_per_prompt": 4, "max_new_tokens": 16}
-        result = _run(write_recipe(tmp_path, endpoints=[a.url, b.url], sampling=sampling), tmp_path)
+    # 80 ms a request, so both servers get work even on a busy machine; an in-flight limit neither
+    # reaches, so a sibling never has to spill over to the other server (that is allowed when full)
+    slow = ("--slots", "2", "--ms-per-token", "5")
+    with (
+        reference_server(tmp_path, *slow) as (a, ledger_a),
+        reference_server(tmp_path, *slow) as (b, ledger_b),
+    ):
+        sampling = {"samples_per_prompt": 4, "max_new_tokens": 16, "ignore_eos": True}
+        server = {"max_in_flight": 512}
+        recipe = write_recipe(tmp_path, endpoints=[a.url, b.url], sampling=sampling, server=server)
+        result = _run(recipe, tmp_path)
     assert result.summary.rows == 160
     servers_of: dict[str, set[str]] = defaultdict(set)
     for name, ledger in (("a", ledger_a), ("b", ledger_b)):
