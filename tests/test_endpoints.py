@@ -32,6 +32,15 @@ async def test_requests_go_to_the_endpoint_with_most_room_within_limits() -> Non
     assert (await waiter).url == "http://e1"
 
 
+async def test_equally_loaded_endpoints_take_turns() -> None:
+    """Renders pick an endpoint with nothing in flight yet (a conversation's endpoint is set then):
+    ties alternate instead of all going to the first endpoint."""
+    pool = _pool(4, 4, 4)
+    assert [pool.pick().url for _ in range(6)] == [f"http://e{i % 3}" for i in range(6)]  # type: ignore[union-attr]
+    acquired = [(await pool.acquire()).url for _ in range(3)]
+    assert sorted(acquired) == ["http://e0", "http://e1", "http://e2"]
+
+
 async def test_a_conversation_sticks_to_its_endpoint_while_it_has_room() -> None:
     pool = _pool(4, 4)
     first = await pool.acquire()
