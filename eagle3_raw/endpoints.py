@@ -1,7 +1,8 @@
 """A pool of SGLang endpoints: in-flight limits, least-loaded choice, health, waiting for recovery.
 
 Each endpoint has its own in-flight limit. A request goes to the healthy endpoint with the most
-spare room (a conversation's earlier endpoint when it has room, so the server's prefix cache hits).
+spare room, equally loaded ones in turn (a conversation's earlier endpoint when it has room, so the
+server's prefix cache hits).
 An endpoint that fails ``failure_threshold`` times in a row is taken out and probed with
 ``/health`` until it answers; the run goes on as long as one endpoint lives. When none does,
 :meth:`EndpointPool.acquire` waits, up to ``wait_for_server`` seconds, then raises
