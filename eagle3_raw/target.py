@@ -157,22 +157,37 @@ async def ask_identities(
 
 
 PROBE_CHAT = {"messages": [{"role": "user", "content": "Hello!"}]}
+PROBE_ATTEMPTS = 4
 
 
 async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) -> str:
-    """Why ``identity``'s server cannot render a chat request through ``/tokenize`` ("" when it can)."""
+    """Why ``identity``'s server cannot render a chat request through ``/tokenize`` ("" when it can).
+
+    A probe that gets no answer in time (or a busy server) is tried again: a server's first chat
+    render can be slow. ServerUnreachable after :data:`PROBE_ATTEMPTS`: no answer says nothing
+    about what the server can render, so it never turns into local rendering."""
     from eagle3_raw import sglang
-    from eagle3_raw.errors import Eagle3RawError
+    from eagle3_raw.checks import backoff
+    from eagle3_raw.errors import Eagle3RawError, RetryableError, ServerUnreachable
+    from eagle3_raw.redact import public_url
 
     if identity.server_info.get("skip_tokenizer_init") is True:
         return "it runs with --skip-tokenizer-init"
-    try:
-        await sglang.tokenize_chat(session, identity.url, PROBE_CHAT, timeout)
-    except sglang.EndpointNotFound:
-        return "it has no /tokenize (a router that does not forward it?)"
-    except Eagle3RawError as exc:  # an SGLang older than 0.5.23 refuses messages with a 400
-        return f"/tokenize refuses a chat request ({exc})"
-    return ""
+    last: RetryableError | None = None
+    for attempt in range(PROBE_ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(backoff(attempt))
+        try:
+            await sglang.tokenize_chat(session, identity.url, PROBE_CHAT, timeout)
+            return ""
+        except sglang.EndpointNotFound:
+            return "it has no /tokenize (a router that does not forward it?)"
+        except RetryableError as exc:
+            last = exc
+        except Eagle3RawError as exc:  # an SGLang older than 0.5.23 refuses messages with a 400
+            return f"/tokenize refuses a chat request ({exc})"
+    where = f"{public_url(identity.url)}/tokenize"
+    raise ServerUnreachable(f"{where} did not answer a chat request in {PROBE_ATTEMPTS} tries; last: {last}")
 
 
 def choose_render(recipe: Recipe, target: Target, cannot: str) -> Target:

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from eagle3_raw import limits, sglang
 from eagle3_raw.builder import build
-from eagle3_raw.errors import InvalidResponse, RequestTimeout, ServerBusy
+from eagle3_raw.errors import InvalidResponse, RequestTimeout, ServerBusy, ServerUnreachable
 from eagle3_raw.journal import Journal
 from eagle3_raw.run import MAX_DEFAULT_IN_FLIGHT, _default_in_flight
 from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
@@ -394,3 +394,47 @@ def test_a_bad_answer_is_retried_then_recorded_as_failed_never_a_row(tmp_path: P
         (failure,) = journal.failures()
     assert failure["kind"] == "failed" and "3 attempts failed" in failure["reason"]
     assert reason in failure["reason"], failure["reason"]
+
+
+# --- the render probe ----------------------------------------------------------------------------
+
+
+def _slow_chat_renders(
+    delays: list[float],
+) -> Callable[[web.Request, Forward], Awaitable[web.StreamResponse]]:
+    """``/tokenize``: each chat request (``messages``) first waits the next of ``delays`` seconds."""
+
+    async def tokenize(request: web.Request, forward: Forward) -> web.StreamResponse:
+        if b'"messages"' in await request.read() and delays:
+            await asyncio.sleep(delays.pop(0))
+        status, body = await forward()
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    return tokenize
+
+
+def test_a_slow_first_chat_render_is_waited_for_and_a_silent_one_stops_the_build(tmp_path: Path) -> None:
+    """A server whose first chat render takes longer than the timeout still renders the prompts
+    (the probe is tried again, never taken for "cannot render"); one that never answers it stops
+    the build naming its /tokenize, and nothing is generated."""
+    write_prompts(tmp_path, 4)
+    options = {"journal_dir": tmp_path / "journals", "progress": "none"}
+    with reference_server(tmp_path) as (server, ledger):
+        slow = HostileServer({"/tokenize": _slow_chat_renders([2.0])}, worker=server.url)
+        with slow:
+            recipe = write_recipe(tmp_path, endpoints=[slow.url], server={"connect_timeout": 1})
+            built = build(str(recipe), cache_dir=tmp_path / "cache", run_options=options)
+        chats = [r for r in slow.requests if r.path == "/tokenize" and b'"messages"' in r.body]
+        assert built.run_result is not None and built.run_result.target.render == "server"
+        assert len(built.dataset) == 4 and len(chats) >= 2 + 4  # the probe twice, then every prompt
+        silent = HostileServer({"/tokenize": _slow_chat_renders([3.0] * 8)}, worker=server.url)
+        with silent:
+            recipe = write_recipe(
+                tmp_path, endpoints=[silent.url], server={"connect_timeout": 1},
+                sampling={"max_new_tokens": 9},
+            )  # fmt: skip
+            with pytest.raises(
+                ServerUnreachable, match=r"/tokenize did not answer a chat request in 4 tries"
+            ):
+                build(str(recipe), cache_dir=tmp_path / "cache", run_options=options)
+        assert len(generations(ledger)) == 4  # the first build's rows only

@@ -65,14 +65,16 @@ def test_in_flight_default_follows_each_servers_max_running_requests(tmp_path: P
     (``internal_states``), since ``/server_info`` has null for a flag that was not passed."""
     write_prompts(tmp_path, 160)
     with (
-        reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2", "--max-running-requests", "8") as (
+        # 240 ms a request: long enough for the client to reach its limit even on a busy machine
+        reference_server(tmp_path, "--slots", "4", "--ms-per-token", "10", "--max-running-requests", "8") as (
             a,
             _,
         ),
-        reference_server(tmp_path, "--slots", "6", "--ms-per-token", "2") as (b, _),
+        reference_server(tmp_path, "--slots", "6", "--ms-per-token", "10") as (b, _),
     ):
         assert get(b.url, "/server_info").json()["max_running_requests"] is None
-        recipe = write_recipe(tmp_path, endpoints=[a.url, b.url], sampling={"max_new_tokens": 24})
+        sampling = {"max_new_tokens": 24, "ignore_eos": True}
+        recipe = write_recipe(tmp_path, endpoints=[a.url, b.url], sampling=sampling)
         _run(recipe, tmp_path)
         stats = [get(s.url, "/reference/stats").json() for s in (a, b)]
     peaks = [s["max_queue_depth"] + s["slots"] for s in stats]
