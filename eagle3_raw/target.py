@@ -163,17 +163,18 @@ PROBE_ATTEMPTS = 4
 async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) -> str:
     """Why ``identity``'s server cannot render a chat request through ``/tokenize`` ("" when it can).
 
-    A probe that gets no answer in time (or a busy server) is tried again: a server's first chat
+    A probe that gets no answer in time (or no connection) is tried again: a server's first chat
     render can be slow. ServerUnreachable after :data:`PROBE_ATTEMPTS`: no answer says nothing
-    about what the server can render, so it never turns into local rendering."""
+    about what the server can render, so it never turns into local rendering. An answer that is an
+    error (any status) says the server cannot render."""
     from eagle3_raw import sglang
     from eagle3_raw.checks import backoff
-    from eagle3_raw.errors import Eagle3RawError, RetryableError, ServerUnreachable
+    from eagle3_raw.errors import ConnectError, Eagle3RawError, RequestTimeout, ServerUnreachable
     from eagle3_raw.redact import public_url
 
     if identity.server_info.get("skip_tokenizer_init") is True:
         return "it runs with --skip-tokenizer-init"
-    last: RetryableError | None = None
+    last: RequestTimeout | ConnectError | None = None
     for attempt in range(PROBE_ATTEMPTS):
         if attempt:
             await asyncio.sleep(backoff(attempt))
@@ -182,7 +183,7 @@ async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) 
             return ""
         except sglang.EndpointNotFound:
             return "it has no /tokenize (a router that does not forward it?)"
-        except RetryableError as exc:
+        except (RequestTimeout, ConnectError) as exc:
             last = exc
         except Eagle3RawError as exc:  # an SGLang older than 0.5.23 refuses messages with a 400
             return f"/tokenize refuses a chat request ({exc})"
