@@ -17,13 +17,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_raw.errors import ServerUnreachable
+from eagle3_raw.reference.launch import healthy
 
 log = logging.getLogger("eagle3_raw")
 
@@ -92,7 +91,7 @@ class LaunchedServer:
                     f"the {self.spec.name} server exited with code {self.guard.returncode} before it "
                     f"answered /health: {self.shown_command}{self.tail()}"
                 )
-            if _healthy(self.url):
+            if healthy(self.url, timeout=5.0):
                 return
             if time.monotonic() > notice:
                 log.info("waiting for the %s server at %s (%.0f s so far; log %s)",
@@ -158,11 +157,3 @@ def _log_path(spec: LaunchSpec, port: int) -> Path:
     fd, name = tempfile.mkstemp(prefix=f"eagle3-raw-{spec.name.lower()}-{port}-", suffix=".log")
     os.close(fd)
     return Path(name)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False

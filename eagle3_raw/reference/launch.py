@@ -115,7 +115,7 @@ class ReferenceProcess:
                 raise ServerUnreachable(
                     f"the reference server exited with code {self.process.returncode}{self._tail()}"
                 )
-            if _healthy(self.url):
+            if healthy(self.url):
                 return
             time.sleep(_POLL_SECONDS)
         self.kill()
@@ -201,9 +201,10 @@ def free_port() -> int:
         return port
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str, timeout: float = 1.0) -> bool:
+    """Whether ``url``'s ``/health`` answers 200 within ``timeout`` seconds (a start-up poll)."""
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1.0) as response:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
