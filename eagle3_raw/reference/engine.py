@@ -459,3 +459,17 @@ class ReferenceEngine:
         prompt = _read_prompt(input_ids, self._specials)
         writer = _Writer(self._library, self._specials, prompt, params, self._text, input_ids)
         return collect(writer.stream(), params, self.eos_token_id)
+
+    def greedy_stream(self, input_ids: Sequence[int]) -> Iterator[int]:
+        """The endless greedy token stream for ``input_ids``, one id at a time.
+
+        A greedy :meth:`generate` with ``min_new_tokens == 0`` returns this stream's prefix up to
+        and including the first stop id (EOS, or one of ``stop_token_ids``), or its first
+        ``max_new_tokens`` ids; with ``ignore_eos`` the stream goes on past EOS as it does here.
+        The model class the real SGLang serves in the tests writes it token by token.
+        """
+        params = EngineParams(max_new_tokens=1, temperature=0.0)
+        prompt = _read_prompt(input_ids, self._specials)
+        writer = _Writer(self._library, self._specials, prompt, params, self._text, input_ids)
+        for chunk in writer.stream():
+            yield from chunk
