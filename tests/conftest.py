@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 _ROOT = Path(tempfile.mkdtemp(prefix="eagle3_raw-tests-"))
 os.environ["HF_HOME"] = str(_ROOT / "hf_home")
@@ -19,3 +20,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("HF_TOKEN", None)
 
 pytest_plugins = ["tests.support.hub_server"]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
+    """The real-SGLang tier's measured times (venv build, server start, pace), when it ran
+    (written by ``tests/real_sglang/conftest.py``)."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    times = factory.getbasetemp() / "real_sglang_times.json" if factory is not None else None
+    if times is not None and times.exists():
+        terminalreporter.write_line(f"real SGLang tier: {times.read_text()}")

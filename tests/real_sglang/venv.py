@@ -5,15 +5,17 @@
 a multi-GB CUDA build here, so the machine's CPU ``torch==2.13.0`` goes in first, then
 ``sglang==0.5.23`` without its dependencies, then the wheel's own ``Requires-Dist`` minus
 :data:`LEFT_OUT` (CUDA-only kernels and media libraries a text model on the CPU never imports),
-with torch held to the CPU build by a constraint, plus :data:`UNDECLARED`.
+with torch held to the CPU build by a constraint, plus :data:`UNDECLARED`; then eagle3_raw's own
+dependencies, so that the client runs in the same environment (eagle3_raw itself is not
+installed: its checkout goes on ``PYTHONPATH``).
 
 The venv lives under ``~/.cache/eagle3_raw/sglang-0.5.23-cpu`` (``$EAGLE3_RAW_SGLANG_VENV``
 overrides it). It is built under a file lock (pytest-xdist workers wait for the one building), and
 marked complete only at the very end, with a digest of what went in: a venv without the mark (a
-build that was killed halfway) or with another digest (this file changed) is removed and built
-again. Nothing of the project is installed into it: the stand-ins the CPU engine needs are put on
-the server's ``PYTHONPATH`` from ``tests/real_sglang/site`` at launch, so they are always the
-checkout's own.
+build that was killed halfway) or with another digest (this file or eagle3_raw's dependencies
+changed) is removed and built again. Nothing of the project is installed into it: the stand-ins
+the CPU engine needs are put on the server's ``PYTHONPATH`` from ``tests/real_sglang/site`` at
+launch, so they are always the checkout's own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from importlib.metadata import PathDistribution
 from pathlib import Path
 from typing import IO
@@ -63,6 +66,7 @@ LEFT_OUT = {
     # installed first from the machine's CPU wheel, and held there by a constraint
     "torch": "CPU build installed first",
 }
+_PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 UNDECLARED = ("dill",)  # imported by sglang/srt/sampling/custom_logit_processor.py, not declared
 
 
@@ -75,9 +79,19 @@ def python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def client_requirements() -> list[str]:
+    """eagle3_raw's own dependencies (``pyproject.toml``): the client runs in the same venv, as
+    on a GPU node where ``server.launch: sglang`` starts this Python's ``-m sglang.launch_server``."""
+    with _PYPROJECT.open("rb") as file:
+        dependencies: list[str] = tomllib.load(file)["project"]["dependencies"]
+    return dependencies
+
+
 def _recipe_digest() -> str:
-    """What the venv is built from; a different one (this file edited) rebuilds it."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """What the venv is built from; a different one (this file or eagle3_raw's dependencies
+    edited) rebuilds it."""
+    recipe = Path(__file__).read_bytes() + json.dumps(client_requirements()).encode()
+    return hashlib.sha256(recipe).hexdigest()[:16]
 
 
 def _mark(venv: Path) -> Path:
@@ -135,6 +149,13 @@ def build(venv: Path, log: Path) -> None:
         constraints = venv / "eagle3_raw-constraints.txt"
         constraints.write_text(f"torch=={TORCH_VERSION}\n")
         _run([*pip, "-c", str(constraints), *requirements(venv)], out)
+        # beside sglang's resolution, every installed version held: pip refuses a conflict
+        # (eagle3_raw needing a transformers other than the one sglang pins) instead of upgrading
+        frozen = subprocess.run(
+            [str(python(venv)), "-m", "pip", "freeze"], capture_output=True, text=True, check=True
+        ).stdout
+        constraints.write_text(f"{frozen}torch=={TORCH_VERSION}\n")
+        _run([*pip, "-c", str(constraints), *client_requirements()], out)
         _check_torch(venv, out)
     seconds = round(time.monotonic() - started, 1)
     mark = {"recipe": _recipe_digest(), "sglang": SGLANG_VERSION, "torch": TORCH_VERSION, "seconds": seconds}

@@ -94,6 +94,8 @@ def meta_info(
         "completion_tokens": completion_tokens,
         "cached_tokens": cached_tokens,
         "weight_versions": [{"version": weight_version, "start": 0, "end": completion_tokens}],
+        "cached_tokens_details": None,  # SGLang's: null without --enable-cache-report's tiers
+        "dp_rank": None,  # SGLang's: null without data-parallel attention
     }
 
 

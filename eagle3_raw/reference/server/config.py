@@ -11,6 +11,9 @@ from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
 from eagle3_raw.reference.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
+DEPRECATED_TOOL_CALL_PARSERS: Mapping[str, str] = {"qwen25": "qwen", "glm45": "glm"}
+"""SGLang 0.5.23 accepts these names and reports (and runs) the ones they map to."""
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -45,6 +48,14 @@ class ServerConfig:
     tp_size: int = 1
     dp_size: int = 1
     revision: str | None = None
+
+    @property
+    def reported_tool_call_parser(self) -> str | None:
+        """``--tool-call-parser`` as SGLang reports it: a deprecated name resolved to the one it
+        stands for (``qwen25`` -> ``qwen``, ``glm45`` -> ``glm``;
+        ``sglang/srt/arg_groups/serving_hook.py::handle_deprecated_args``)."""
+        name = self.tool_call_parser
+        return DEPRECATED_TOOL_CALL_PARSERS.get(name, name) if name is not None else None
 
     @property
     def reserved_tokens(self) -> int:

@@ -1,11 +1,16 @@
 """Stand-in for ``sgl_kernel`` (PyPI ``sglang-kernel``), whose wheel holds CUDA libraries only.
 
-SGLang's CPU engine imports two helpers from it, and this module gives them in plain torch:
+SGLang's CPU engine imports two helpers from it and calls one of its compiled operators; this
+module gives them in plain torch:
 
 - ``assign_req_to_token_pool_cpu`` (``sglang/srt/mem_cache/allocation.py``): writes each
   request's new KV-cache slot indices into its row of the req-to-token table;
 - ``copy_all_layer_kv_cache_cpu`` (``sglang/kernels/ops/kvcache/cache_move.py``): copies KV rows
-  from one slot to another in every layer's buffer, buffers given by address.
+  from one slot to another in every layer's buffer, buffers given by address;
+- the operator ``torch.ops.sgl_kernel.murmur_hash32_cpu`` (``sglang/kernels/ops/sampling/
+  murmur_hash.py``, called by ``sglang/srt/layers/sampler.py::multinomial_with_seed``): the hash
+  behind seeded sampling (``sampling_seed`` with a temperature above 0). Without it the scheduler
+  dies on the first such request (found by the real-SGLang tests).
 
 Other modules import further names at module level (``build_tree_kernel_efficient_cpu``,
 ``silu_and_mul``, ...); they are only called on paths a dense text model does not take on this
@@ -53,6 +58,48 @@ def copy_all_layer_kv_cache_cpu(
         rows = [ctypes.string_at(base + s * stride, stride) for s in sources]
         for t, row in zip(targets, rows, strict=True):
             ctypes.memmove(base + t * stride, row, stride)
+
+
+_U32 = 0xFFFFFFFF
+
+
+def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
+    return ((x << r) | (x >> (32 - r))) & _U32
+
+
+def _murmur3_mix(h: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    k = _rotl32((k * 0xCC9E2D51) & _U32, 15)
+    h = h ^ ((k * 0x1B873593) & _U32)
+    return (_rotl32(h, 13) * 5 + 0xE6546B64) & _U32
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _U32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _U32
+    return h ^ (h >> 16)
+
+
+@torch.library.custom_op("sgl_kernel::murmur_hash32_cpu", mutates_args=())
+def murmur_hash32_cpu(seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3 (32-bit) of (seed low, seed high, position, column) per row and column, as the
+    Triton kernel ``murmur_hash32_kernel`` computes it: uint32 of shape (rows, columns). int64
+    arithmetic masked to 32 bits (products wrap modulo 2**64, which keeps their low 32 bits)."""
+    bits = seed.view(torch.int64) if seed.dtype == torch.uint64 else seed.to(torch.int64)
+    low, high = (bits & _U32)[:, None], ((bits >> 32) & _U32)[:, None]
+    position = (positions.to(torch.int64) & _U32)[:, None]
+    column = (col_indices.to(torch.int64) & _U32)[None, :]
+    h = torch.zeros((seed.shape[0], 1), dtype=torch.int64)
+    for k in (low, high, position):
+        h = _murmur3_mix(h, k)
+    h = _fmix32(_murmur3_mix(h, column) ^ 16)
+    return h.to(torch.uint32)
+
+
+@murmur_hash32_cpu.register_fake
+def _(seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor) -> torch.Tensor:
+    return seed.new_empty((seed.shape[0], col_indices.shape[0]), dtype=torch.uint32)
 
 
 def _not_on_this_cpu(name: str) -> Callable[..., Any]:
