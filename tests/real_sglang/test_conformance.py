@@ -93,10 +93,13 @@ def _duplicate_then_abort(url: str, prompt: list[int]) -> tuple[int, str, dict[s
 
 
 def test_a_duplicate_rid_and_an_abort_answer_like_the_real_sglang(
-    real_server: RealSGLang, reference: ReferenceProcess, prompt: list[int]
+    real_server: RealSGLang, real_model: Path, prompt: list[int]
 ) -> None:
     real = _duplicate_then_abort(real_server.url, prompt)
-    ours = _duplicate_then_abort(reference.url, prompt)
+    # the reference server at a pace (5 ms a token): the first request is still running when aborted
+    pace = ("--slots", "8", "--ms-per-token", "5")
+    with launch_reference(args=["--model-path", str(real_model), *FLAGS, *pace]) as reference:
+        ours = _duplicate_then_abort(reference.url, prompt)
     assert (
         real[0] == ours[0] == 400 and "Duplicate request ID" in real[1] and "Duplicate request ID" in ours[1]
     )

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 import eagle3_raw
@@ -131,7 +130,7 @@ FAMILIES = [
 
 async def _message(url: str, text: str, reasoning_parser: str | None, tool_parser: str) -> Message:
     """A turn's message as a rollout makes it (``RolloutRunner._parsed``), from the real server."""
-    async with aiohttp.ClientSession() as session:
+    async with sglang.new_session(connect_timeout=10, api_key=None) as session:
         reasoning = ""
         if reasoning_parser:
             reasoning, text = await sglang.separate_reasoning(session, url, text, reasoning_parser, 60)

@@ -72,6 +72,8 @@ def response_object(
         )
         if final:
             meta["e2e_latency"] = job.ended - received
+        else:
+            del meta["weight_versions"]  # SGLang sends them with the last chunk only
     if not job.sent:
         job.sent = True
         meta["response_sent_to_client_ts"] = time.time()
