@@ -131,6 +131,14 @@ class RealSGLang:
                         events.append(json.loads(line[start:]))
         return events
 
+    def received_rids(self) -> list[str]:
+        """The rids of the ``/generate`` requests eagle3_raw sent (``<row id>#<attempt>-<hex>``), in
+        the order the server received them (not its own ``/health`` generations, nor others)."""
+        return [
+            str(e["rid"]) for e in self.requests()
+            if e.get("event") == "request.received" and "#" in str(e.get("rid"))
+        ]  # fmt: skip
+
     def stop(self, timeout: float = 30) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):

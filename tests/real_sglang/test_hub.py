@@ -57,9 +57,7 @@ def test_a_set_built_on_the_real_server_round_trips_the_hub_and_reproduces_ident
     published = datasets.load_dataset(REPO, "real", revision="v1", split="train", token=emulator.tokens.write)
     assert isinstance(published, datasets.Dataset) and published.to_list() == built.dataset.to_list()
 
-    runs_before = {
-        rid_run(str(e["rid"])) for e in real_server.requests() if e.get("event") == "request.received"
-    }
+    runs_before = {rid_run(rid) for rid in real_server.received_rids()}
     parser = argparse.ArgumentParser(prog="eagle3-raw")
     hub_cli.add_reproduce(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["reproduce", f"{REPO}@v1", "--quiet", "--strict",
@@ -67,7 +65,6 @@ def test_a_set_built_on_the_real_server_round_trips_the_hub_and_reproduces_ident
     assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert f"identical         {pushed.rows} of {pushed.rows} (100.0%)" in out and "full agreement" in out
-    received = [e for e in real_server.requests() if e.get("event") == "request.received"]
-    runs = {rid_run(str(e["rid"])) for e in received} - runs_before
-    (run,) = runs  # the reproduction really asked the real server, once per row
-    assert len([e for e in received if rid_run(str(e["rid"])) == run]) == pushed.rows
+    received = [rid_run(rid) for rid in real_server.received_rids()]
+    (run,) = set(received) - runs_before  # the reproduction really asked the real server, once per row
+    assert received.count(run) == pushed.rows

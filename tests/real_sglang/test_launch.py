@@ -87,8 +87,10 @@ def _status(url: str, path: str, key: str | None = None) -> int:
 
 
 def test_launch_sglang_starts_the_real_server_builds_with_its_key_and_stops_it(
-    tmp_path: Path, real_model: Path, pace: Pace, builds: Callable[..., subprocess.Popen[bytes]]
-) -> None:
+    tmp_path: Path, real_model: Path, pace: Pace, builds: Callable[..., subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("E3_REAL_KEY", KEY)  # for this process's reading of the recipe, below
     marker = uuid.uuid4().hex
     recipe = _recipe(tmp_path, real_model, marker, api_key_env="E3_REAL_KEY")
     log = tmp_path / "build.log"
@@ -140,10 +142,10 @@ def test_a_real_server_whose_preferred_sampling_params_fill_a_key_is_refused_and
     tmp_path: Path, real_model: Path, builds: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     marker = uuid.uuid4().hex
-    preferred = json.dumps({"top_k": 5})
+    preferred = json.dumps({"ignore_eos": True})  # a key eagle3_raw leaves out unless the recipe sets it
     build = builds(_recipe(tmp_path, real_model, marker, "--preferred-sampling-params", preferred))
     assert build.wait(STARTUP) == 1
     text = (tmp_path / "build.log").read_text()
-    assert "was started with --preferred-sampling-params" in text and "top_k=5" in text, text[-3000:]
-    assert "set sampling.top_k in the recipe" in text
+    assert "was started with --preferred-sampling-params" in text and "ignore_eos=True" in text, text[-3000:]
+    assert "set sampling.ignore_eos in the recipe" in text
     wait_until(lambda: not processes_marked(marker), timeout=60)
