@@ -29,6 +29,11 @@ TEST_SECONDS = 900  # one test, the server started (a launch test starts its own
 BUILD_SECONDS = 1800  # the venv built first (about 130-270 s here; a slow mirror takes longer)
 TIMES = "real_sglang_times.json"
 MAX_RUNNING = 24  # the shared server's --max-running-requests: the in-flight default is derived from it
+# The shared server's flags after the CPU ones; the reference server takes them too (test_conformance.py).
+SERVER_FLAGS = (
+    "--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25", "--enable-deterministic-inference",
+    "--max-running-requests", str(MAX_RUNNING),
+)  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads xdist_group
@@ -80,9 +85,7 @@ def real_server(
 ) -> Iterator[RealSGLang]:
     """One real SGLang for the tier: the reference model, Qwen3-style parsers, deterministic
     inference (as the bundled recipes launch it), a batch of :data:`MAX_RUNNING`, its request log on."""
-    args = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25", "--enable-deterministic-inference",
-            "--max-running-requests", str(MAX_RUNNING))  # fmt: skip
-    with launch_real(real_model, *args, log_dir=real_logs) as server:
+    with launch_real(real_model, *SERVER_FLAGS, log_dir=real_logs) as server:
         _record(tmp_path_factory, server_start_seconds=round(server.started_seconds, 1))
         yield server
 
