@@ -23,13 +23,13 @@ from tests.real_sglang.conftest import SERVER_FLAGS
 from tests.real_sglang.server import RealSGLang, get
 
 STARTUP = 120.0  # a bound on the reference server's start (seconds here; more on a busy machine)
-FLAGS = SERVER_FLAGS
 
 
 @pytest.fixture(scope="module")
 def reference(real_model: Path) -> Iterator[ReferenceProcess]:
     """The reference server on the real server's model folder, with the real server's flags."""
-    with launch_reference(args=["--model-path", str(real_model), *FLAGS], startup_timeout=STARTUP) as process:
+    args = ["--model-path", str(real_model), *SERVER_FLAGS]
+    with launch_reference(args=args, startup_timeout=STARTUP) as process:
         yield process
 
 
@@ -100,7 +100,7 @@ def test_a_duplicate_rid_and_an_abort_answer_like_the_real_sglang(
     real = _duplicate_then_abort(real_server.url, prompt)
     # the reference server at a pace (5 ms a token): the first request is still running when aborted
     pace = ("--slots", "8", "--ms-per-token", "5")
-    args = ["--model-path", str(real_model), *FLAGS, *pace]
+    args = ["--model-path", str(real_model), *SERVER_FLAGS, *pace]
     with launch_reference(args=args, startup_timeout=STARTUP) as reference:
         ours = _duplicate_then_abort(reference.url, prompt)
     assert (
