@@ -50,6 +50,7 @@ class Case:
     reads_message: bool = False  # the project reads this error's message: its field must match
     fields: tuple[str, ...] = ()  # compare only these top-level fields (the ones the project reads)
     state_fields: tuple[str, ...] = ()  # and these of each ``internal_states`` entry
+    content_type: str = "application/json"
 
 
 def _generate(name: str, sampling: dict[str, Any], *, same: tuple[str, ...] = (), **extra: Any) -> Case:
@@ -137,6 +138,15 @@ CASES: tuple[Case, ...] = (
         },
         same=("normal_text", "calls"),
     ),
+    # a JSON body sent as bytes of no declared type (what a bare HTTP client sends)
+    *(
+        Case(f"{path.strip('/')}-as-octet-stream", path, body, content_type="application/octet-stream")
+        for path, body in (
+            ("/generate", {"input_ids": "$PROMPT", "sampling_params": GREEDY}),
+            ("/tokenize", {"prompt": "Hello"}),
+            ("/separate_reasoning", {"text": "<think>a</think>b", "reasoning_parser": "qwen3"}),
+        )
+    ),
     Case("abort-unknown-rid", "/abort_request", {"rid": "no-such-request", "abort_all": False}),
     # the info endpoints
     Case("health", "/health", method="GET"),
@@ -211,7 +221,7 @@ class Answer:
 
 def send(url: str, case: Case, prompt: list[int], context_length: int) -> Answer:
     raw = _body(case.body, prompt, context_length)
-    headers = {"Content-Type": "application/json"} if raw is not None else {}
+    headers = {"Content-Type": case.content_type} if raw is not None else {}
     request = urllib.request.Request(url + case.path, data=raw, method=case.method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=300) as reply:

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server import parsing
 from eagle3_raw.reference.server.config import ServerConfig
 from eagle3_raw.reference.server.generate import Generate
@@ -37,6 +38,20 @@ def _auth_middleware(api_key: str) -> Any:
 
 
 @web.middleware
+async def _json_bodies_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """FastAPI reads a body as JSON only without a ``Content-Type`` or with a JSON one
+    (``application/json``, ``application/*+json``); any other body is bytes, which no endpoint's
+    model takes: a 400 validation error (seen from the real SGLang: tests/real_sglang)."""
+    declared = request.headers.get("Content-Type")
+    if request.method in ("POST", "PUT") and declared and request.content_length != 0:
+        kind, _, subtype = request.content_type.partition("/")
+        if kind != "application" or not (subtype == "json" or subtype.endswith("+json")):
+            error = p.validation_error("model_attributes_type", (), "Input should be a valid dict", declared)
+            return json_response(error.body, 400)
+    return await handler(request)
+
+
+@web.middleware
 async def _fastapi_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """FastAPI's JSON bodies for unknown paths and wrong methods."""
     try:
@@ -52,6 +67,7 @@ def build_app(state: ServerState) -> web.Application:
     middlewares = [_fastapi_errors]
     if state.config.api_key:
         middlewares.append(_auth_middleware(state.config.api_key))
+    middlewares.append(_json_bodies_only)  # after the key check, as FastAPI's body parsing is
     app = web.Application(middlewares=middlewares, client_max_size=1 << 30)
     generate, info, utility = Generate(state).handle, Info(state), Utility(state)
     routes: list[tuple[str, str, Handler]] = [
