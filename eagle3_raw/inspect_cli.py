@@ -62,6 +62,11 @@ def add_inspect(sub: SubParsers) -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=3, metavar="K", help="rows to show (default 3)")
     parser.add_argument("--plain", action="store_true", help="plain text with markers, even in a terminal")
     parser.add_argument("--tokenizer", help="decode with this tokenizer (folder or Hub id) instead")
+    parser.add_argument(
+        "--trust-remote-code", action="store_true",
+        help="let a published recipe's trust_remote_code: true run its tokenizer's Python code (needs a "
+        "commit: model.revision, or ORG/NAME@COMMIT), as for reproduce",
+    )  # fmt: skip
     parser.set_defaults(handler=run_inspect)
     return parser
 
@@ -77,7 +82,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         raise FatalError(f"--limit {args.limit}: expected at least 1")
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
-        tokenizer=args.tokenizer, journal_dir=args.journal_dir,
+        tokenizer=args.tokenizer, journal_dir=args.journal_dir, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
     rows = select_rows(opened.dataset, row=args.row, index=args.index, limit=args.limit)
     console = Console(highlight=False, soft_wrap=True)

@@ -12,6 +12,11 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
   :data:`TOKENIZER_BYTES` bytes, found within :data:`WALK_ENTRIES` entries (``/usr/lib`` is
   refused before any of it is read); a prompt source a regular file or a folder.
 - Rendered prompts: :data:`PROMPT_CHARS` characters (:mod:`eagle3_raw.template_limits`).
+- A stranger's published set (:mod:`eagle3_raw.hub.strangers`): the files of one config downloaded
+  at most :data:`DOWNLOAD_FILES` files and :data:`DOWNLOAD_BYTES` bytes (sizes asked before any
+  is fetched); a published JSON file (manifest, ``draft_vocab.json``) at most :data:`RECIPE_BYTES`;
+  a dataset card at most :data:`CARD_BYTES`, its YAML at most :data:`YAML_NODES` values; a
+  vocabulary size at most :data:`VOCAB_IDS` ids.
 - Server replies: a ``/generate`` body at most :func:`response_cap` bytes (from ``max_new_tokens``
   and the prompt, never above :data:`RESPONSE_BYTES`), a side endpoint's :data:`SIDE_BODY_BYTES`;
   an error body is read up to :data:`ERROR_BODY_BYTES` and cut there.
@@ -40,6 +45,12 @@ PROMPT_CHARS = 16 << 20
 RESPONSE_BYTES = 256 << 20
 SIDE_BODY_BYTES = 16 << 20
 ERROR_BODY_BYTES = 64 << 10
+DOWNLOAD_FILES = 4096
+DOWNLOAD_BYTES = 4 << 30
+CARD_BYTES = 4 << 20
+VOCAB_IDS = 1 << 22
+"""The largest vocabulary taken from a published file (4,194,304 ids; the largest models have about
+260,000): a ``t2d`` array has one entry per id."""
 
 #: Largest accepted value of each numeric recipe setting.
 RECIPE_MAXIMA: Mapping[str, int] = {

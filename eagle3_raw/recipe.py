@@ -27,6 +27,7 @@ import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
 from eagle3_raw.limits import check_local_files, check_numbers, check_recipe_file, check_yaml_size
+from eagle3_raw.printable import printable
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -300,6 +301,7 @@ def load_recipe(
         raw, base_dir = copy.deepcopy(dict(source)), Path.cwd()
     else:
         path = find_recipe_file(source)
+        check_not_kept_copy(path)
         check_recipe_file(path)
         raw, base_dir = read_yaml(path), path.parent
         raw.setdefault("name", path.stem)
@@ -307,6 +309,33 @@ def load_recipe(
     recipe = parse_recipe(_one_server_kind(_apply_items(raw, items), items), base_dir=base_dir)
     recipe.fingerprint  # noqa: B018  (computed now, from the files as they are at load time)
     return recipe
+
+
+KEPT_COPY_MARK = ".eagle3_raw-published-recipes"
+"""The file marking a folder of recipes downloaded from the Hub (a stranger's, kept by ``reproduce``)."""
+
+
+def mark_kept_copy(folder: Path, origin: str) -> None:
+    """Mark ``folder`` (before anything is downloaded into it) as holding a stranger's recipes from
+    ``origin`` (``org/name@commit``): :func:`load_recipe` refuses every recipe file below it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / KEPT_COPY_MARK).write_text(origin + "\n", encoding="utf-8")
+
+
+def check_not_kept_copy(path: Path) -> None:
+    """RecipeFileError when ``path`` lies in a folder :func:`mark_kept_copy` marked: a published
+    recipe runs only through ``reproduce``, whose rules keep its server, key, launcher and code out."""
+    for folder in path.absolute().parents:
+        mark = folder / KEPT_COPY_MARK
+        if mark.is_file() and not mark.is_symlink():
+            origin = mark.read_bytes()[:200].decode("utf-8", errors="replace").strip() or "the Hub"
+            raise RecipeFileError(
+                str(path),
+                f"a published recipe (from {printable(origin)}) kept by `eagle3-raw reproduce`; a stranger's "
+                f"recipe is data and runs only as `eagle3-raw reproduce {printable(origin)}` (with your "
+                "server). To make it your own recipe, copy it out of that folder, read its server, "
+                "model.trust_remote_code and paths, and build the copy",
+            )  # fmt: skip
 
 
 def find_recipe_file(source: str | Path) -> Path:
