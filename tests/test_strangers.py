@@ -290,3 +290,42 @@ def test_reproduce_refuses_a_config_folder_above_the_download_cap_before_fetchin
     monkeypatch.setattr(strangers, "DOWNLOAD_BYTES", 4 << 30)
     with pytest.raises(HubError, match="refusing to download more than 3 files"):
         hub.reproduce(REPO, work_dir=tmp_path / "w", reference_server=True, announce=[].append)
+
+
+# --- finding 5: push uploads exactly the files the build read, listed first ------------------------
+
+
+def test_push_of_a_prompt_folder_uploads_only_the_files_the_build_read_and_lists_them_first(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "r"
+    prompts = folder / "prompts"
+    (prompts / "sub").mkdir(parents=True)
+    (prompts / "a.jsonl").write_text('{"id": "1", "prompt": "Write a haiku about rain."}\n')
+    (prompts / "notes.txt").write_text("customer list is in sub/")
+    (prompts / "sub" / "customers.csv").write_text("name,card\nbob,4111-e3raw-secret\n")
+    (prompts / "sub" / "more.jsonl").write_text('{"id": "2", "prompt": "not read: below the folder"}\n')
+    raw = {"name": "haiku", "prompts": {"source": "prompts", "id_column": "id"},
+           "server": {"launch": "reference"},
+           "sampling": {"max_new_tokens": 8, "temperature": 0}}  # fmt: skip
+    (folder / "haiku.yaml").write_text(yaml.safe_dump(raw))
+    seen: list[tuple[str, list[str]]] = []
+
+    def announce(text: str) -> None:
+        seen.append((text, sorted(emulator.files(REPO))))
+
+    result = hub.push(
+        str(folder / "haiku.yaml"), REPO, announce=announce,
+        run_options={"journal_dir": tmp_path / "j", "progress": "none"},
+    )  # fmt: skip
+    assert result.rows == 1
+    uploaded = sorted(emulator.files(REPO))
+    assert "recipes/haiku/prompts/prompts/a.jsonl" in uploaded
+    assert not any(p.endswith(("notes.txt", "customers.csv", "more.jsonl")) for p in uploaded), uploaded
+    assert emulator.find_bytes("4111-e3raw-secret") == []
+    ((plan, before),) = seen
+    assert not any(p.startswith(("recipes/", "haiku/")) for p in before)  # listed before any upload
+    assert f"recipes/haiku/prompts/prompts/a.jsonl  from {prompts / 'a.jsonl'} (" in plan
+    listed = {line.split()[0] for line in plan.splitlines()[1:]}
+    assert {p for p in uploaded if p.startswith("recipes/")} <= listed
+    assert "notes.txt" not in plan and "customers.csv" not in plan
