@@ -114,6 +114,12 @@ def write_vocab_files(
     return paths
 
 
+def vocab_names(sizes: Sequence[int], formats: Sequence[VocabFormat]) -> list[str]:
+    """The names :func:`vocab_files` gives its files, known before anything is counted."""
+    names = ["token_freq.pt", "draft_vocab.json"]
+    return names + [name for size in sizes for f in formats for name in vocab_file_names(f, size)]
+
+
 def vocab_files(
     frequencies: TokenFrequencies, sizes: Sequence[int], formats: Sequence[VocabFormat]
 ) -> dict[str, bytes]:
