@@ -464,7 +464,7 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
     check_yaml_size(raw, "recipe")
     _check_keys("", raw, _TOP_KEYS)
     name = _get(raw, "name", "", str, "a string")
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise RecipeError("name", name, "expected letters, digits, '_', '.', '-' (max 96)")
     recipe = Recipe(
         name=name,
