@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.card import GENERATED_END, GENERATED_START
 from eagle3_raw.errors import FatalError
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     import datasets
@@ -162,18 +163,21 @@ def show(
     styled: bool,
 ) -> None:
     """Print ``rows``: a header per row, then its text (styled, or plain with markers)."""
-    console.print(f"{label}: {total:,} rows", markup=False)
+    console.print(f"{printable(label)}: {total:,} rows", markup=False)
     for row in rows:
         console.print(_header(row), markup=False, style="bold" if styled else None)
         console.print(row_text(row, decoder, styled=styled))
 
 
 def _header(row: Mapping[str, Any]) -> str:
+    """The row's header line; its fields are a stranger's in a published set: escaped."""
     prompt_len, total = int(row["prompt_len"]), len(row["input_ids"])
+    shown = {key: printable(row.get(key), limit=200) for key in
+             ("id", "source_id", "turn", "sample", "finish_reason", "sampling_seed")}  # fmt: skip
     return (
-        f"\n── row {row['position']:,}: {row['id']} (source {row['source_id']}, turn {row['turn']}, "
-        f"sample {row['sample']}) · prompt {prompt_len:,} tokens · generated {total - prompt_len:,} · "
-        f"finish_reason {row['finish_reason']} · sampling_seed {row['sampling_seed']}"
+        f"\n── row {row['position']:,}: {shown['id']} (source {shown['source_id']}, turn {shown['turn']}, "
+        f"sample {shown['sample']}) · prompt {prompt_len:,} tokens · generated {total - prompt_len:,} · "
+        f"finish_reason {shown['finish_reason']} · sampling_seed {shown['sampling_seed']}"
     )
 
 
@@ -193,6 +197,8 @@ def row_text(row: Mapping[str, Any], decoder: Decoder, *, styled: bool) -> Text:
 
 
 def _append(text: Text, pieces: Iterator[Piece], style: str | None, styled: bool) -> None:
+    """Each piece, its control characters but newlines and tabs escaped (``\x1b``): a model's
+    text, or a stranger's tokenizer, cannot move the cursor or fake a line of the report."""
     for piece in pieces:
         special = f"{style} {SPECIAL_STYLE}" if style else SPECIAL_STYLE
-        text.append(piece.text, special if piece.special and styled else style)
+        text.append(printable(piece.text, newlines=True), special if piece.special and styled else style)

@@ -329,3 +329,63 @@ def test_push_of_a_prompt_folder_uploads_only_the_files_the_build_read_and_lists
     listed = {line.split()[0] for line in plan.splitlines()[1:]}
     assert {p for p in uploaded if p.startswith("recipes/")} <= listed
     assert "notes.txt" not in plan and "customers.csv" not in plan
+
+
+# --- finding 8: what a stranger wrote is printed escaped --------------------------------------------
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\rerror: fake line\u202e"
+
+
+def test_inspect_and_stats_escape_a_published_sets_ids_text_and_reasons(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import datasets
+    from transformers import AutoTokenizer
+
+    from eagle3_raw.resources import reference_model_dir
+
+    _publish(tmp_path / "r")
+    tokenizer = AutoTokenizer.from_pretrained(str(reference_model_dir()))
+    prompt = tokenizer.encode(f"hi {ESCAPES}", add_special_tokens=False)
+    generated = tokenizer.encode(f"answer {ESCAPES}", add_special_tokens=False)
+    hostile = datasets.Dataset.from_dict({
+        "id": [f"x{ESCAPES}:0:0"], "source_id": [f"x{ESCAPES}"], "turn": [0], "sample": [0],
+        "input_ids": [prompt + generated], "loss_mask": [[0] * len(prompt) + [1] * len(generated)],
+        "prompt_len": [len(prompt)], "finish_reason": [f"stop{ESCAPES}"], "sampling_seed": [1],
+    })  # fmt: skip
+    hostile.push_to_hub(REPO, "haiku", token=token)
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    assert main(["inspect", REPO, "--plain", *cache]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out and "\x07" not in out
+    assert "x\\x1b[2J\\x1b]0;owned\\x07\\rerror: fake line\\u202e:0:0" in out  # the id, visible
+    assert "answer \\x1b[2J" in out  # the decoded text, visible
+    assert main(["stats", REPO, "--plain", *cache]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "stop\\x1b[2J" in out
+
+
+def test_journals_list_escapes_what_a_server_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aiohttp import web
+
+    from tests.helpers import write_prompts, write_recipe
+    from tests.support.hostile import Forward, json_body
+
+    async def model_info(request: web.Request, forward: Forward) -> web.StreamResponse:
+        status, body = await forward()
+        names = {"model_path": f"evil{ESCAPES}", "served_model_name": f"evil{ESCAPES}"}
+        return json_body({**json.loads(body), **names}, status)
+
+    write_prompts(tmp_path, 2)
+    with reference_server(tmp_path) as (server, _), HostileServer({"/model_info": model_info},
+                                                                 worker=server.url) as hostile:  # fmt: skip
+        recipe = write_recipe(tmp_path, endpoints=[hostile.url])
+        assert main(["build", str(recipe), "--quiet", "--journal-dir", str(tmp_path / "j"),
+                     "--cache-dir", str(tmp_path / "c")]) == 0  # fmt: skip
+    capsys.readouterr()
+    listing = ["journals", "list", "--journal-dir", str(tmp_path / "j"), "--cache-dir", str(tmp_path / "c")]
+    assert main(listing) == 0
+    out = capsys.readouterr().out
+    assert "evil\\x1b[2J" in out and "\x1b" not in out and "\r" not in out and "\u202e" not in out
