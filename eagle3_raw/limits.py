@@ -6,7 +6,8 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
 
 - Recipe files: at most :data:`RECIPE_BYTES`; their YAML, expanded (anchors and aliases followed),
   at most :data:`YAML_NODES` values (a "billion laughs" file of 600 bytes expands to 10^9).
-- Numeric settings: :data:`RECIPE_MAXIMA`.
+- Numeric settings: :data:`RECIPE_MAXIMA`; shards: at most :data:`MAX_SHARDS` (a journal file or
+  marker that names more, or an index not below its count, is ignored by ``status`` and ``merge``).
 - Local files a recipe names: a chat template file at most :data:`TEMPLATE_BYTES` and a regular
   file (not ``/dev/zero``); a tokenizer folder at most :data:`TOKENIZER_FILES` files and
   :data:`TOKENIZER_BYTES` bytes, found within :data:`WALK_ENTRIES` entries (``/usr/lib`` is
@@ -45,6 +46,8 @@ PROMPT_CHARS = 16 << 20
 RESPONSE_BYTES = 256 << 20
 SIDE_BODY_BYTES = 16 << 20
 ERROR_BODY_BYTES = 64 << 10
+MAX_SHARDS = 1 << 16
+"""The most shards a set is split into (``--shard i/N``); a journal file naming more is not read."""
 DOWNLOAD_FILES = 4096
 DOWNLOAD_BYTES = 4 << 30
 CARD_BYTES = 4 << 20
