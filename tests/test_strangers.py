@@ -389,3 +389,36 @@ def test_journals_list_escapes_what_a_server_reported(
     assert main(listing) == 0
     out = capsys.readouterr().out
     assert "evil\\x1b[2J" in out and "\x1b" not in out and "\r" not in out and "\u202e" not in out
+
+
+def test_the_set_its_copies_and_the_slurm_scripts_are_the_users_only(tmp_path: Path) -> None:
+    """Issue 22, finding 8: the cache, the outputs and the SLURM scripts were world-readable."""
+    import os
+    import stat
+
+    from tests.helpers import write_prompts, write_recipe
+
+    def mode(path: Path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    write_prompts(tmp_path, 2)
+    old = os.umask(0o022)  # the usual one: the files would be world-readable
+    try:
+        with reference_server(tmp_path) as (server, _):
+            recipe = write_recipe(tmp_path, endpoints=[server.url])
+            common = ["--journal-dir", str(tmp_path / "j"), "--cache-dir", str(tmp_path / "c")]
+            assert main(["build", str(recipe), "--quiet", "--output-dir", str(tmp_path / "o"), *common]) == 0
+            assert main(["export", str(recipe), "--layout", "speculators", "--output", str(tmp_path / "x"),
+                         "--quiet", *common]) == 0  # fmt: skip
+        assert main(["slurm", str(recipe), "--shards", "2", "--job-dir", str(tmp_path / "job"), *common]) == 0
+    finally:
+        os.umask(old)
+    (info,) = (tmp_path / "c").rglob("dataset_info.json")
+    assert mode(info.parent) == 0o700  # the set's folder in the datasets cache: its files unreachable
+    assert mode(tmp_path / "o") == 0o700 and mode(tmp_path / "o" / "t.parquet") == 0o600
+    written = [p for p in (tmp_path / "x").rglob("*")]
+    assert written and all(mode(p) == (0o700 if p.is_dir() else 0o600) for p in written), written
+    assert mode(tmp_path / "x") == 0o700
+    for name in ("shards.sbatch", "merge.sbatch", "logs"):
+        assert mode(tmp_path / "job" / name) == 0o700, name
+    assert mode(tmp_path / "job") == 0o700

@@ -26,6 +26,7 @@ limit, ``%A_%a`` logs, ``--array=0-N%K``, a dependent ``afterok`` job after the 
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -117,12 +118,13 @@ class SlurmScripts:
 
 def write_scripts(job: SlurmJob) -> SlurmScripts:
     """Write ``shards.sbatch`` and ``merge.sbatch`` (and the ``logs`` folder) into ``job.job_dir``."""
-    (job.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+    job.job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (job.job_dir / "logs").mkdir(mode=0o700, exist_ok=True)  # the jobs' output: rows' text, errors
     shards, merge = job.job_dir / "shards.sbatch", job.job_dir / "merge.sbatch"
-    shards.write_text(shards_script(job))
-    merge.write_text(merge_script(job))
-    for path in (shards, merge):
-        path.chmod(0o755)
+    for path, text in ((shards, shards_script(job)), (merge, merge_script(job))):
+        path.unlink(missing_ok=True)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as handle:
+            handle.write(text)  # the user's commands and settings: readable and runnable by them only
     return SlurmScripts(shards, merge)
 
 

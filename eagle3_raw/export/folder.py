@@ -33,9 +33,10 @@ def claim(folder: Path, files: Iterable[str]) -> None:
     owned = check(folder)
     for name in sorted(owned - {MARK}):
         _remove(folder, name)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # a folder it makes: the user's only
     listed = sorted({*files, *(_partial(name) for name in files)})
     (folder / MARK).write_bytes(orjson.dumps({"files": listed}, option=orjson.OPT_INDENT_2) + b"\n")
+    (folder / MARK).chmod(0o600)
 
 
 def check(folder: Path) -> set[str]:
