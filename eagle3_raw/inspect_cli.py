@@ -133,17 +133,20 @@ class Decoder:
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
         self.special = frozenset(tokenizer.all_special_ids) | frozenset(tokenizer.added_tokens_decoder)
+        self.size = len(tokenizer)
 
     def pieces(self, ids: Sequence[int]) -> Iterator[Piece]:
         """Runs of ordinary ids decoded together (so multi-byte characters stay whole), and each
-        special id alone."""
+        special id alone; an id outside the vocabulary (a stranger's set) is shown as such."""
         run: list[int] = []
         for token in ids:
-            if token in self.special:
+            outside = not 0 <= token < self.size
+            if token in self.special or outside:
                 if run:
                     yield Piece(self._decode(run), False)
                     run = []
-                yield Piece(self._decode([token]), True)
+                shown = f"⟦id {token}: not in the vocabulary⟧" if outside else self._decode([token])
+                yield Piece(shown, True)
             else:
                 run.append(token)
         if run:

@@ -25,6 +25,7 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
 
 from __future__ import annotations
 
+import datetime
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import RecipeError
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
@@ -108,6 +110,40 @@ def check_yaml_size(data: Any, what: str, budget: int = YAML_NODES) -> None:
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
+
+
+INT64_MAX = 2**63 - 1
+
+
+def check_plain_values(data: Any, where: str = "") -> None:
+    """RecipeError naming the field for a value that is not plain data: text, a number (an integer
+    within 64 bits), a date, true/false, null, a list, or a mapping with text keys. YAML can also
+    give bytes (``!!binary``), sets and integer keys, which nothing downstream (the fingerprint, a
+    request, the journal) can hold. Run after :func:`check_yaml_size` (the walk is bounded by it)."""
+    stack: list[tuple[str, Any]] = [(where, data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    _not_plain(path or "recipe", printable(repr(key), limit=40),
+                               f"text keys, not {type(key).__name__}: quote the key")  # fmt: skip
+                stack.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, bool) or value is None or isinstance(value, str | float | datetime.date):
+            continue  # a date: YAML reads 2026-12-01 as one (model.render_date takes it)
+        elif isinstance(value, int):
+            if abs(value) > INT64_MAX:
+                _not_plain(path, value, "an integer within 64 bits")
+        else:
+            _not_plain(path, type(value).__name__, f"plain data, not a {type(value).__name__}")
+
+
+def _not_plain(path: str, value: Any, problem: str) -> None:
+    huge = isinstance(value, int) and value.bit_length() > 100  # str() of one may itself fail
+    shown = f"<an integer of {value.bit_length():,} bits>" if huge else value
+    raise RecipeError(path or "recipe", shown, f"expected {problem}")
 
 
 def check_numbers(recipe: Recipe) -> None:

@@ -26,7 +26,13 @@ import orjson
 import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
-from eagle3_raw.limits import check_local_files, check_numbers, check_recipe_file, check_yaml_size
+from eagle3_raw.limits import (
+    check_local_files,
+    check_numbers,
+    check_plain_values,
+    check_recipe_file,
+    check_yaml_size,
+)
 from eagle3_raw.printable import printable
 
 REFERENCE_TOKENIZER = "reference"
@@ -367,6 +373,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise RecipeFileError(str(path), problem) from exc
     except yaml.YAMLError as exc:
         raise RecipeFileError(str(path), f"not valid YAML ({yaml_problem(exc)})") from exc
+    except (ValueError, OverflowError) as exc:  # a value YAML cannot make (an integer of 5,000 digits)
+        raise RecipeFileError(str(path), f"not valid YAML ({printable(exc, limit=200)})") from exc
     if not isinstance(data, dict):
         raise RecipeFileError(
             str(path), f"expected a YAML mapping at the top level, got {type(data).__name__}"
@@ -410,9 +418,10 @@ def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[
             raise RecipeError("--set", item, "expected KEY=VALUE, e.g. sampling.temperature=0.7")
         try:
             value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            allowed = f"VALUE is not valid YAML ({yaml_problem(exc)}); quote a string, e.g. key='[text'"
-            raise RecipeError("--set", item, allowed) from exc
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: an int of 5,000 digits
+            problem = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else printable(exc, limit=120)
+            allowed = f"VALUE is not valid YAML ({problem}); quote a string, e.g. key='[text'"
+            raise RecipeError("--set", printable(item, limit=200), allowed) from exc
         items.append((key.strip(), value))
     return items
 
@@ -462,6 +471,7 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
     walks it, numeric maxima and the local files' sizes before any of them is read.
     """
     check_yaml_size(raw, "recipe")
+    check_plain_values(raw)
     _check_keys("", raw, _TOP_KEYS)
     name = _get(raw, "name", "", str, "a string")
     if not _NAME_RE.fullmatch(name):

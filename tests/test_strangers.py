@@ -422,3 +422,78 @@ def test_the_set_its_copies_and_the_slurm_scripts_are_the_users_only(tmp_path: P
     for name in ("shards.sbatch", "merge.sbatch", "logs"):
         assert mode(tmp_path / "job" / name) == 0o700, name
     assert mode(tmp_path / "job") == 0o700
+
+
+def _hostile_rows(emulator: HubServer, token: str, **columns: list[Any]) -> None:
+    """Replace the published rows of config ``haiku`` by one row with ``columns`` changed (its own
+    Parquet file, and a card that declares no features: the file's schema is the set's)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row: dict[str, list[Any]] = {
+        "id": ["a:0:0"], "source_id": ["a"], "turn": [0], "sample": [0], "input_ids": [[5, 6, 7]],
+        "loss_mask": [[0, 1, 1]], "prompt_len": [1], "finish_reason": ["stop"], "sampling_seed": [1],
+    }  # fmt: skip
+    row.update(columns)
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({k: v for k, v in row.items() if v != ["<drop>"]}), buffer)
+    (parquet,) = [p for p in emulator.files(REPO) if p.startswith("haiku/") and p.endswith(".parquet")]
+    _commit(token, {parquet: buffer.getvalue()})
+    _card_with(token, {"configs": [{"config_name": "haiku", "data_files": [
+        {"split": "train", "path": "haiku/train-*"}]}]})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("columns", "refused"),
+    [
+        ({"prompt_len": ["<drop>"]}, "its column 'prompt_len' is missing, expected a integer"),
+        ({"input_ids": [["5", "6"]]}, "its column 'input_ids' is of type list<item: string>"),
+        ({"finish_reason": [7]}, "its column 'finish_reason' is of type int64, expected a string"),
+    ],
+)
+def test_a_published_set_that_is_not_an_eagle3_raw_set_is_one_line(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    columns: dict[str, list[Any]], refused: str,
+) -> None:  # fmt: skip
+    _publish(tmp_path / "r")
+    _hostile_rows(emulator, token, **columns)
+    for command in ("inspect", "stats"):
+        err = _error(capsys, [command, REPO, "--cache-dir", str(tmp_path / f"c-{command}")])
+        assert f"alice/eagle is not an eagle3_raw set: {refused}" in err, err
+    with pytest.raises(HubError, match="is not an eagle3_raw set"):
+        export(hub=REPO, layout="specforge", output_dir=tmp_path / "out", cache_dir=tmp_path / "c")
+
+
+def test_a_published_card_that_declares_a_column_its_files_lack_is_one_line(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import datasets
+
+    _publish(tmp_path / "r")
+    rows = {"id": ["a:0:0"], "source_id": ["a"], "turn": [0], "sample": [0], "input_ids": [[5, 6]],
+            "loss_mask": [[0, 1]], "finish_reason": ["stop"], "sampling_seed": [1]}  # fmt: skip
+    datasets.Dataset.from_dict(rows).push_to_hub(REPO, "haiku", token=token)  # no prompt_len: nulls
+    err = _error(capsys, ["inspect", REPO, "--cache-dir", str(tmp_path / "c")])
+    assert "alice/eagle is not an eagle3_raw set: its column 'prompt_len' has null values" in err
+
+
+def test_inspect_shows_an_id_outside_the_vocabulary_as_such(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _publish(tmp_path / "r")
+    _hostile_rows(emulator, token, input_ids=[[5, -1, 2**31 - 1]])
+    assert main(["inspect", REPO, "--plain", "--cache-dir", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "⟦id -1: not in the vocabulary⟧" in out and "⟦id 2147483647: not in the vocabulary⟧" in out
+
+
+def test_corrupt_published_rows_are_one_line(
+    emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _publish(tmp_path / "r")
+    (parquet,) = [p for p in emulator.files(REPO) if p.startswith("haiku/") and p.endswith(".parquet")]
+    _commit(token, {parquet: b"PAR1 this is not a parquet file PAR1"})
+    err = _error(capsys, ["stats", REPO, "--cache-dir", str(tmp_path / "c")])
+    assert "error: cannot load the published rows of alice/eagle: " in err

@@ -175,18 +175,61 @@ def load_published_rows(
     import datasets
 
     check_data_files(api, repo_id, commit)
-    with hub_errors(repo_id, "load the published rows of"):
+    try:
+        dataset = _load_rows(api, repo_id, name, commit, cache_dir)
+    except HubError:
+        raise
+    except Exception as exc:  # a stranger's files: corrupt Parquet, a schema datasets refuses, ...
+        cause = f"{type(exc).__name__}: {_first_line(exc)}"
+        raise HubError(f"cannot load the published rows of {repo_id}: {cause}") from exc
+    if not isinstance(dataset, datasets.Dataset):
+        kind = type(dataset).__name__
+        raise HubError(f"{repo_id}: expected one split, got {kind}")
+    check_row_columns(repo_id, dataset)
+    return dataset
+
+
+def _load_rows(api: HfApi, repo_id: str, name: str | None, commit: str, cache_dir: Path | str | None) -> Any:
+    import datasets
+
+    with hub_errors(repo_id, "load the published rows of"):  # the Hub's own errors, named
         try:
-            dataset = datasets.load_dataset(
+            return datasets.load_dataset(
                 repo_id, name, revision=commit, split="train", token=api.token,
                 cache_dir=str(cache_dir) if cache_dir is not None else None,
             )  # fmt: skip
         except ValueError as exc:  # e.g. an unknown config, a split that is not there
             raise HubError(f"cannot load {repo_id}: {_first_line(exc)}") from exc
-    if not isinstance(dataset, datasets.Dataset):
-        kind = type(dataset).__name__
-        raise HubError(f"{repo_id}: expected one split, got {kind}")
-    return dataset
+
+
+_ROW_COLUMNS = {
+    "id": "string", "source_id": "string", "turn": "integer", "sample": "integer",
+    "input_ids": "list of integers", "loss_mask": "list of integers", "prompt_len": "integer",
+    "finish_reason": "string", "sampling_seed": "integer",
+}  # fmt: skip
+"""The columns every command reads from a set, and the kind of Arrow type each must have."""
+
+
+def check_row_columns(repo_id: str, dataset: datasets.Dataset) -> None:
+    """HubError unless ``dataset`` has eagle3_raw's row columns, each of its kind (so that no
+    command fails on a published set with a raw traceback), naming the first one that is not."""
+    import pyarrow as pa
+
+    schema = dataset.data.schema
+    kinds = {
+        "string": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+        "integer": pa.types.is_integer,
+        "list of integers": lambda t: pa.types.is_list(t) and pa.types.is_integer(t.value_type),
+    }
+    for name, kind in _ROW_COLUMNS.items():
+        index = schema.get_field_index(name)
+        if index < 0 or not kinds[kind](schema.field(index).type):
+            got = "missing" if index < 0 else f"of type {schema.field(index).type}"
+            raise HubError(
+                f"{repo_id} is not an eagle3_raw set: its column {name!r} is {got}, expected a {kind}"
+            )
+        if dataset.data.column(name).null_count:  # a card declaring a column its files lack
+            raise HubError(f"{repo_id} is not an eagle3_raw set: its column {name!r} has null values")
 
 
 def check_data_files(api: HfApi, repo_id: str, revision: str | None) -> None:
