@@ -10,6 +10,7 @@ through the bounded compilation as through transformers' own.
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 import tracemalloc
 from pathlib import Path
@@ -258,3 +259,42 @@ def test_a_hostile_template_file_skips_the_rows_with_the_reason(tmp_path: Path) 
     finally:
         tracemalloc.stop()
     assert peak < 2 * PROMPT_CHARS + 16 * MB
+
+
+def test_ctrl_c_stops_a_build_while_its_template_renders(tmp_path: Path) -> None:
+    """Issue 22, finding 4: Ctrl-C and SIGTERM were not honoured while a template rendered (the
+    rendering ran on until it ended; one took 829 s). This one takes a minute of CPU per prompt."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import reference_server, write_prompts, write_recipe
+    from tests.reference.wire import wait_until
+    from tests.support.hostile import HostileServer
+
+    slow = "{% set s = 'x' * 8000000 %}{% for i in range(100000) %}{% if s.count('y') %}{% endif %}" \
+        "{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"  # fmt: skip
+    (tmp_path / "slow.jinja").write_text(slow)
+    write_prompts(tmp_path, 2)
+    with reference_server(tmp_path) as (server, _), HostileServer(worker=server.url) as front:
+        recipe = write_recipe(tmp_path, endpoints=[front.url],
+                              model={"chat_template": "slow.jinja", "render": "local"})  # fmt: skip
+        build = subprocess.Popen(
+            [sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet", "--journal-dir",
+             str(tmp_path / "j")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: any(r.path == "/tokenize" for r in front.requests), timeout=90)  # checks began
+            started = _cpu_seconds(build.pid)
+            wait_until(lambda: _cpu_seconds(build.pid) > started + 2, timeout=90)  # rendering now
+            build.send_signal(signal.SIGINT)
+            _, err = build.communicate(timeout=30)  # the rendering alone would run for a minute more
+        finally:
+            build.kill()
+    assert build.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
