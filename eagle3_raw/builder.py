@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,12 +123,20 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
+        _private_folder(self._output_dir)  # before any Arrow file is written into it
         self.run_result = run(self.recipe, self.config.run_options, self.config.target)
         kwargs = {"root": self.config.run_options.root, "config_id": self.run_result.config_id}
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
 
     def _generate_tables(self, root: Path, config_id: str) -> Iterator[tuple[Any, pa.Table]]:
         yield from journal_tables(root, config_id, self.recipe)
+
+
+def _private_folder(folder: str) -> None:
+    """The set's folder in the ``datasets`` cache (its ``.incomplete`` one, renamed when done)
+    readable by the user only (0700): the rows are the user's data, whatever the umask."""
+    with contextlib.suppress(OSError, TypeError):  # a remote cache (fsspec URL): its own rules
+        os.chmod(folder, 0o700)
 
 
 def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:

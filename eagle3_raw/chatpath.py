@@ -137,10 +137,10 @@ def template_content_format(template: str | None) -> str:
 
 
 def _parse(template: str) -> Any:
-    from transformers.utils.chat_template_utils import _compile_jinja_template
+    from transformers.utils.chat_template_utils import _cached_compile_jinja_template
 
-    try:
-        return _compile_jinja_template(template).environment.parse(template)
+    try:  # parsed in transformers' environment, not compiled: compiling folds constants, unbounded
+        return _cached_compile_jinja_template("").environment.parse(template)
     except Exception:  # SGLang treats any failure as "no AST"
         return None
 

@@ -163,7 +163,8 @@ class ServerChecks:
         from eagle3_raw.errors import PromptFormatError, RequestRejected
 
         try:
-            ours: list[int] | str = self.renderer.prompt_ids(conv, turn)
+            # off the event loop: a slow template must not keep Ctrl-C and SIGTERM from being handled
+            ours: list[int] | str = await asyncio.to_thread(self.renderer.prompt_ids, conv, turn)
         except PromptFormatError as exc:
             ours = f"refused ({exc})"
         body = self.renderer.chat_request(conv, turn)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.card import GENERATED_END, GENERATED_START
 from eagle3_raw.errors import FatalError
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     import datasets
@@ -62,6 +63,11 @@ def add_inspect(sub: SubParsers) -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=3, metavar="K", help="rows to show (default 3)")
     parser.add_argument("--plain", action="store_true", help="plain text with markers, even in a terminal")
     parser.add_argument("--tokenizer", help="decode with this tokenizer (folder or Hub id) instead")
+    parser.add_argument(
+        "--trust-remote-code", action="store_true",
+        help="let a published recipe's trust_remote_code: true run its tokenizer's Python code (needs a "
+        "commit: model.revision, or ORG/NAME@COMMIT), as for reproduce",
+    )  # fmt: skip
     parser.set_defaults(handler=run_inspect)
     return parser
 
@@ -77,7 +83,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         raise FatalError(f"--limit {args.limit}: expected at least 1")
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
-        tokenizer=args.tokenizer, journal_dir=args.journal_dir,
+        tokenizer=args.tokenizer, journal_dir=args.journal_dir, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
     rows = select_rows(opened.dataset, row=args.row, index=args.index, limit=args.limit)
     console = Console(highlight=False, soft_wrap=True)
@@ -127,17 +133,20 @@ class Decoder:
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
         self.special = frozenset(tokenizer.all_special_ids) | frozenset(tokenizer.added_tokens_decoder)
+        self.size = len(tokenizer)
 
     def pieces(self, ids: Sequence[int]) -> Iterator[Piece]:
         """Runs of ordinary ids decoded together (so multi-byte characters stay whole), and each
-        special id alone."""
+        special id alone; an id outside the vocabulary (a stranger's set) is shown as such."""
         run: list[int] = []
         for token in ids:
-            if token in self.special:
+            outside = not 0 <= token < self.size
+            if token in self.special or outside:
                 if run:
                     yield Piece(self._decode(run), False)
                     run = []
-                yield Piece(self._decode([token]), True)
+                shown = f"⟦id {token}: not in the vocabulary⟧" if outside else self._decode([token])
+                yield Piece(shown, True)
             else:
                 run.append(token)
         if run:
@@ -157,18 +166,21 @@ def show(
     styled: bool,
 ) -> None:
     """Print ``rows``: a header per row, then its text (styled, or plain with markers)."""
-    console.print(f"{label}: {total:,} rows", markup=False)
+    console.print(f"{printable(label)}: {total:,} rows", markup=False)
     for row in rows:
         console.print(_header(row), markup=False, style="bold" if styled else None)
         console.print(row_text(row, decoder, styled=styled))
 
 
 def _header(row: Mapping[str, Any]) -> str:
+    """The row's header line; its fields are a stranger's in a published set: escaped."""
     prompt_len, total = int(row["prompt_len"]), len(row["input_ids"])
+    shown = {key: printable(row.get(key), limit=200) for key in
+             ("id", "source_id", "turn", "sample", "finish_reason", "sampling_seed")}  # fmt: skip
     return (
-        f"\n── row {row['position']:,}: {row['id']} (source {row['source_id']}, turn {row['turn']}, "
-        f"sample {row['sample']}) · prompt {prompt_len:,} tokens · generated {total - prompt_len:,} · "
-        f"finish_reason {row['finish_reason']} · sampling_seed {row['sampling_seed']}"
+        f"\n── row {row['position']:,}: {shown['id']} (source {shown['source_id']}, turn {shown['turn']}, "
+        f"sample {shown['sample']}) · prompt {prompt_len:,} tokens · generated {total - prompt_len:,} · "
+        f"finish_reason {shown['finish_reason']} · sampling_seed {shown['sampling_seed']}"
     )
 
 
@@ -188,6 +200,8 @@ def row_text(row: Mapping[str, Any], decoder: Decoder, *, styled: bool) -> Text:
 
 
 def _append(text: Text, pieces: Iterator[Piece], style: str | None, styled: bool) -> None:
+    """Each piece, its control characters but newlines and tabs escaped (``\x1b``): a model's
+    text, or a stranger's tokenizer, cannot move the cursor or fake a line of the report."""
     for piece in pieces:
         special = f"{style} {SPECIAL_STYLE}" if style else SPECIAL_STYLE
-        text.append(piece.text, special if piece.special and styled else style)
+        text.append(printable(piece.text, newlines=True), special if piece.special and styled else style)

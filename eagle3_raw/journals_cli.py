@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3_raw.printable import printable
+
 if TYPE_CHECKING:
     from eagle3_raw.journal.roots import SetInfo
 
@@ -62,17 +64,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _line(info: SetInfo) -> str:
+    """One set's lines; what a server reported, a recipe named or a manifest holds is escaped."""
     state = "whole" if info.whole else "partial"
     return (
-        f"{info.config_id}\n  recipe {info.name}; {state}; {info.rows:,} rows ({info.failed:,} failed), "
-        f"{info.prompt_tokens:,} prompt + {info.generated_tokens:,} generated tokens, {_size(info.bytes)}\n"
-        f"  target {info.target}\n  last used {info.updated}; {_why(info) or 'not cached, not pushed'}"
+        f"{printable(info.config_id)}\n  recipe {printable(info.name)}; {state}; {info.rows:,} rows "
+        f"({info.failed:,} failed), {info.prompt_tokens:,} prompt + {info.generated_tokens:,} generated "
+        f"tokens, {_size(info.bytes)}\n  target {printable(info.target, limit=500)}\n"
+        f"  last used {printable(info.updated)}; {_why(info) or 'not cached, not pushed'}"
     )
 
 
 def _why(info: SetInfo) -> str:
     reasons = [r for r, on in (("being written", info.writing), ("cached", info.cached)) if on]
-    reasons += [f"pushed to {p}" for p in info.pushed]
+    reasons += [f"pushed to {printable(p, limit=200)}" for p in info.pushed]
     return ", ".join(reasons)
 
 

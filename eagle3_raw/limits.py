@@ -6,12 +6,18 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
 
 - Recipe files: at most :data:`RECIPE_BYTES`; their YAML, expanded (anchors and aliases followed),
   at most :data:`YAML_NODES` values (a "billion laughs" file of 600 bytes expands to 10^9).
-- Numeric settings: :data:`RECIPE_MAXIMA`.
+- Numeric settings: :data:`RECIPE_MAXIMA`; shards: at most :data:`MAX_SHARDS` (a journal file or
+  marker that names more, or an index not below its count, is ignored by ``status`` and ``merge``).
 - Local files a recipe names: a chat template file at most :data:`TEMPLATE_BYTES` and a regular
   file (not ``/dev/zero``); a tokenizer folder at most :data:`TOKENIZER_FILES` files and
   :data:`TOKENIZER_BYTES` bytes, found within :data:`WALK_ENTRIES` entries (``/usr/lib`` is
   refused before any of it is read); a prompt source a regular file or a folder.
 - Rendered prompts: :data:`PROMPT_CHARS` characters (:mod:`eagle3_raw.template_limits`).
+- A stranger's published set (:mod:`eagle3_raw.hub.strangers`): the files of one config downloaded
+  at most :data:`DOWNLOAD_FILES` files and :data:`DOWNLOAD_BYTES` bytes (sizes asked before any
+  is fetched); a published JSON file (manifest, ``draft_vocab.json``) at most :data:`RECIPE_BYTES`;
+  a dataset card at most :data:`CARD_BYTES`, its YAML at most :data:`YAML_NODES` values; a
+  vocabulary size at most :data:`VOCAB_IDS` ids.
 - Server replies: a ``/generate`` body at most :func:`response_cap` bytes (from ``max_new_tokens``
   and the prompt, never above :data:`RESPONSE_BYTES`), a side endpoint's :data:`SIDE_BODY_BYTES`;
   an error body is read up to :data:`ERROR_BODY_BYTES` and cut there.
@@ -19,6 +25,7 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
 
 from __future__ import annotations
 
+import datetime
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -26,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import RecipeError
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
@@ -40,6 +48,14 @@ PROMPT_CHARS = 16 << 20
 RESPONSE_BYTES = 256 << 20
 SIDE_BODY_BYTES = 16 << 20
 ERROR_BODY_BYTES = 64 << 10
+MAX_SHARDS = 1 << 16
+"""The most shards a set is split into (``--shard i/N``); a journal file naming more is not read."""
+DOWNLOAD_FILES = 4096
+DOWNLOAD_BYTES = 4 << 30
+CARD_BYTES = 4 << 20
+VOCAB_IDS = 1 << 22
+"""The largest vocabulary taken from a published file (4,194,304 ids; the largest models have about
+260,000): a ``t2d`` array has one entry per id."""
 
 #: Largest accepted value of each numeric recipe setting.
 RECIPE_MAXIMA: Mapping[str, int] = {
@@ -94,6 +110,40 @@ def check_yaml_size(data: Any, what: str, budget: int = YAML_NODES) -> None:
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
+
+
+INT64_MAX = 2**63 - 1
+
+
+def check_plain_values(data: Any, where: str = "") -> None:
+    """RecipeError naming the field for a value that is not plain data: text, a number (an integer
+    within 64 bits), a date, true/false, null, a list, or a mapping with text keys. YAML can also
+    give bytes (``!!binary``), sets and integer keys, which nothing downstream (the fingerprint, a
+    request, the journal) can hold. Run after :func:`check_yaml_size` (the walk is bounded by it)."""
+    stack: list[tuple[str, Any]] = [(where, data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    _not_plain(path or "recipe", printable(repr(key), limit=40),
+                               f"text keys, not {type(key).__name__}: quote the key")  # fmt: skip
+                stack.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, bool) or value is None or isinstance(value, str | float | datetime.date):
+            continue  # a date: YAML reads 2026-12-01 as one (model.render_date takes it)
+        elif isinstance(value, int):
+            if abs(value) > INT64_MAX:
+                _not_plain(path, value, "an integer within 64 bits")
+        else:
+            _not_plain(path, type(value).__name__, f"plain data, not a {type(value).__name__}")
+
+
+def _not_plain(path: str, value: Any, problem: str) -> None:
+    huge = isinstance(value, int) and value.bit_length() > 100  # str() of one may itself fail
+    shown = f"<an integer of {value.bit_length():,} bits>" if huge else value
+    raise RecipeError(path or "recipe", shown, f"expected {problem}")
 
 
 def check_numbers(recipe: Recipe) -> None:

@@ -9,15 +9,23 @@ build it), and ``datasets.load_dataset(org/name, config, revision=..., split="tr
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.errors import FatalError, HubError
+from eagle3_raw.errors import FatalError
+from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
+from eagle3_raw.hub.strangers import choose_config, download_config, load_published_rows, published_configs
+from eagle3_raw.hub.untrusted import Trust, confine, pinned_commit, read_stranger_recipe
+from eagle3_raw.limits import check_recipe_file, check_yaml_size
+from eagle3_raw.recipe import read_yaml
+from eagle3_raw.render import load_tokenizer
 
 if TYPE_CHECKING:
     import datasets
+    from huggingface_hub import HfApi
     from transformers import PreTrainedTokenizerBase
 
 _HUB_REF = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@.+)?")
@@ -40,16 +48,22 @@ def open_set(
     cache_dir: Path | None = None,
     tokenizer: str | None = None,
     journal_dir: Path | None = None,
+    trust_remote_code: bool = False,
 ) -> OpenedSet:
     """``target`` is a recipe (file or bundled name) or a published ``org/name[@revision]``;
-    ``journal_dir``: the journal root a recipe was built with (default: the usual one)."""
+    ``journal_dir``: the journal root a recipe was built with (default: the usual one).
+
+    A published set is a stranger's: its rows are read once the card names no file outside the
+    repo, and the tokenizer its recipe names is loaded under ``reproduce``'s rules
+    (:mod:`eagle3_raw.hub.untrusted`): from the repo or the Hub, no code run unless
+    ``trust_remote_code`` (the user's ``--trust-remote-code``) and a commit allow it."""
     if _is_recipe(target) or not _HUB_REF.fullmatch(target):
         if config is not None:
             raise FatalError("--config applies to a published set (org/name); a recipe is one config")
         return _built(target, overrides or {}, cache_dir, tokenizer, journal_dir)
     if overrides:
         raise FatalError("--set applies to a recipe; a published set is read as it is")
-    return _published(target, config, cache_dir, tokenizer)
+    return _published(target, config, cache_dir, tokenizer, trust_remote_code)
 
 
 def _is_recipe(target: str) -> bool:
@@ -100,61 +114,58 @@ def _recipe_tokenizer(recipe: Any, override: str | None) -> Callable[[], PreTrai
     return load
 
 
-def _published(ref: str, config: str | None, cache_dir: Path | None, tokenizer: str | None) -> OpenedSet:
-    import datasets
-
-    from eagle3_raw.hub.client import hub_errors, parse_repo_ref
+def _published(
+    ref: str, config: str | None, cache_dir: Path | None, tokenizer: str | None, trust_remote_code: bool
+) -> OpenedSet:
+    """A published set: a stranger's, read as every command reads one (:mod:`eagle3_raw.hub.strangers`)."""
+    from huggingface_hub import get_token
 
     repo_id, revision = parse_repo_ref(ref)
-    model = _published_model(repo_id, config, revision)
-    with hub_errors(repo_id, "load the rows of"):
-        try:
-            dataset = datasets.load_dataset(
-                repo_id,
-                config,
-                revision=revision,
-                split="train",
-                cache_dir=str(cache_dir) if cache_dir else None,
-            )
-        except ValueError as exc:  # e.g. "Config name is missing", an unknown config
-            raise HubError(f"cannot load {repo_id}: {str(exc).splitlines()[0]}") from exc
-    assert isinstance(dataset, datasets.Dataset)
+    api = hub_api(get_token())
+    with hub_errors(repo_id, "read"):
+        commit = str(api.dataset_info(repo_id, revision=revision).sha)
+        configs = published_configs(api.list_repo_files(repo_id, repo_type="dataset", revision=commit))
+    name = choose_config(repo_id, configs, config) if configs else config
+    dataset = load_published_rows(api, repo_id, name, commit, cache_dir)
+    trust = Trust(trust_remote_code=trust_remote_code, pinned_commit=pinned_commit(revision, commit))
 
     def load() -> PreTrainedTokenizerBase:
         if tokenizer is not None:
             return _load_tokenizer(tokenizer, None, trust_remote_code=False)
-        if model is None:
+        if name is None or name not in configs:
             raise FatalError(
                 f"{repo_id} has no eagle3_raw recipe to say which tokenizer made it: pass --tokenizer"
             )
-        return _load_tokenizer(str(model.get("tokenizer") or "reference"), model.get("revision"),
-                               trust_remote_code=bool(model.get("trust_remote_code")))  # fmt: skip
+        return published_tokenizer(api, repo_id, commit, name, trust)
 
     at = f"@{revision}" if revision else ""
     return OpenedSet(dataset, f"{repo_id}{at} config {dataset.config_name}", load)
 
 
-def _published_model(repo_id: str, config: str | None, revision: str | None) -> dict[str, Any] | None:
-    """The ``model`` section of the published recipe (None when the repo has no eagle3_raw recipe)."""
-    import yaml
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
+def published_tokenizer(
+    api: HfApi, repo_id: str, commit: str, name: str, trust: Trust
+) -> PreTrainedTokenizerBase:
+    """The tokenizer config ``name``'s published recipe names, loaded as ``reproduce`` would: from
+    the download (a folder of the repo) or the Hub, its code run only as ``trust`` allows."""
+    with tempfile.TemporaryDirectory(prefix="eagle3_raw-inspect-") as tmp:
+        path = download_config(api, repo_id, commit, name, Path(tmp), folders=())
+        folder = _tokenizer_folder(path, name)
+        if folder is not None:
+            download_config(api, repo_id, commit, name, Path(tmp), folders=(folder,))
+        return load_tokenizer(read_stranger_recipe(path, trust))
 
-    from eagle3_raw.hub.client import hub_errors
-    from eagle3_raw.hub.reproducing import choose_config
 
-    with hub_errors(repo_id, "read"):
-        files = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision)
-        configs = sorted(m[1] for f in files if (m := re.fullmatch(r"recipes/([^/]+)\.yaml", f)))
-        if not configs:
-            return None
-        name = choose_config(repo_id, configs, config)
-        try:
-            path = hf_hub_download(repo_id, f"recipes/{name}.yaml", repo_type="dataset", revision=revision)
-        except EntryNotFoundError:
-            return None
-    model = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("model") or {}
-    return dict(model) if isinstance(model, Mapping) else None
+def _tokenizer_folder(path: Path, name: str) -> str | None:
+    """Where below ``recipes/<name>/`` the recipe's tokenizer folder is (None: it names none there)."""
+    check_recipe_file(path)
+    raw = read_yaml(path)
+    check_yaml_size(raw, "recipe")
+    model = raw.get("model")
+    value = model.get("tokenizer") if isinstance(model, Mapping) else None
+    if not isinstance(value, str) or not value.startswith(f"{name}/"):
+        return None
+    confine(path.parent, "model.tokenizer", value, may_be_hub_id=True)  # before any of it is fetched
+    return value.removeprefix(f"{name}/")
 
 
 def _load_tokenizer(name: str, revision: str | None, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:

@@ -42,7 +42,7 @@ def describe(exc: OSError) -> str:
 def check_writable(folder: Path, what: str) -> None:
     """OutputError unless ``folder`` exists or can be created, and a file in it can be written."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # one it makes: the user's only
         with tempfile.TemporaryFile(dir=folder, prefix=".eagle3_raw-check-") as probe:
             probe.write(b"\0" * 4096)
             probe.flush()
@@ -93,9 +93,10 @@ def write_parquet(dataset: datasets.Dataset, output_dir: Path, name: str) -> Pat
     in the same folder, renamed over the target only once complete (a full disk leaves no truncated
     ``.parquet`` behind, and an earlier one stays as it was)."""
     path = output_dir / f"{name}.parquet"
-    output_dir.mkdir(parents=True, exist_ok=True)
-    temporary = output_dir / f".{name}.{uuid.uuid4().hex[:12]}.parquet.partial"  # mode as any new file
+    output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # a folder it makes: the user's only
+    temporary = output_dir / f".{name}.{uuid.uuid4().hex[:12]}.parquet.partial"
     try:
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # the rows: 0600
         dataset.to_parquet(str(temporary))
         with open(temporary, "rb") as written:
             os.fsync(written.fileno())

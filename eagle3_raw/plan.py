@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import PromptFormatError, PromptTooLong, RecipeError, RowError
 from eagle3_raw.identity import conversation_digest, input_context, input_key, request_digest
+from eagle3_raw.limits import MAX_SHARDS
 from eagle3_raw.mixture import draw, recorded
 from eagle3_raw.render import generation_points
 from eagle3_raw.rows import RowKey, row_id
@@ -66,9 +67,11 @@ class Shard:
     @classmethod
     def parse(cls, text: str) -> Shard:
         """``"i/N"`` with 0 <= i < N."""
-        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        match = re.fullmatch(r"\s*(\d{1,9})\s*/\s*(\d{1,9})\s*", text)
         if not match or not int(match[1]) < int(match[2]):
             raise RecipeError("--shard", text, "expected i/N with 0 <= i < N, e.g. 0/4")
+        if int(match[2]) > MAX_SHARDS:
+            raise RecipeError("--shard", text, f"expected at most {MAX_SHARDS:,} shards")
         return cls(int(match[1]), int(match[2]))
 
     def takes(self, index: int) -> bool:

@@ -70,7 +70,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from eagle3_raw.datafiles import card_problem
 from eagle3_raw.errors import PromptFormatError, SourceError
+from eagle3_raw.printable import printable
 from eagle3_raw.recipe import PROMPT_SUFFIXES, prompt_source_files
 
 if TYPE_CHECKING:
@@ -789,10 +791,28 @@ class _HubTable:
         return _Raw(self.dataset[position], f"{self.label} row {position}")
 
 
+def _check_card(repo_id: str, revision: str | None, label: str) -> None:
+    """SourceError when the dataset's card makes ``datasets`` read files outside the repo (a URL,
+    a local path): :mod:`eagle3_raw.datafiles`."""
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        problem = card_problem(HfApi(token=get_token()), repo_id, revision)
+    except (OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError):
+        return  # offline, datasets reads only its cache (checked when fetched); load_dataset says the rest
+    except Exception as exc:  # no answer, HTTP errors: the card cannot be checked
+        cause = printable(" ".join(f"{type(exc).__name__}: {exc}".split()), limit=300)
+        raise SourceError(f"prompt source {label}: cannot read its dataset card ({cause})") from exc
+    if problem is not None:
+        raise SourceError(f"prompt source {label}: {problem}")
+
+
 def _open_hub(prompts: PromptsConfig, revision: str | None) -> _HubTable:
     import datasets
 
     label = f"{prompts.source}{f'/{prompts.subset}' if prompts.subset else ''}[{prompts.split}]"
+    _check_card(prompts.source, revision, label)
     try:
         dataset = datasets.load_dataset(
             prompts.source, prompts.subset, split=prompts.split, revision=revision

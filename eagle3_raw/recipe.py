@@ -16,6 +16,7 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,14 @@ import orjson
 import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
-from eagle3_raw.limits import check_local_files, check_numbers, check_recipe_file, check_yaml_size
+from eagle3_raw.limits import (
+    check_local_files,
+    check_numbers,
+    check_plain_values,
+    check_recipe_file,
+    check_yaml_size,
+)
+from eagle3_raw.printable import printable
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -300,6 +308,7 @@ def load_recipe(
         raw, base_dir = copy.deepcopy(dict(source)), Path.cwd()
     else:
         path = find_recipe_file(source)
+        check_not_kept_copy(path)
         check_recipe_file(path)
         raw, base_dir = read_yaml(path), path.parent
         raw.setdefault("name", path.stem)
@@ -307,6 +316,33 @@ def load_recipe(
     recipe = parse_recipe(_one_server_kind(_apply_items(raw, items), items), base_dir=base_dir)
     recipe.fingerprint  # noqa: B018  (computed now, from the files as they are at load time)
     return recipe
+
+
+KEPT_COPY_MARK = ".eagle3_raw-published-recipes"
+"""The file marking a folder of recipes downloaded from the Hub (a stranger's, kept by ``reproduce``)."""
+
+
+def mark_kept_copy(folder: Path, origin: str) -> None:
+    """Mark ``folder`` (before anything is downloaded into it) as holding a stranger's recipes from
+    ``origin`` (``org/name@commit``): :func:`load_recipe` refuses every recipe file below it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / KEPT_COPY_MARK).write_text(origin + "\n", encoding="utf-8")
+
+
+def check_not_kept_copy(path: Path) -> None:
+    """RecipeFileError when ``path`` lies in a folder :func:`mark_kept_copy` marked: a published
+    recipe runs only through ``reproduce``, whose rules keep its server, key, launcher and code out."""
+    for folder in path.absolute().parents:
+        mark = folder / KEPT_COPY_MARK
+        if mark.is_file() and not mark.is_symlink() and mark.stat().st_uid == os.getuid():  # ours only
+            origin = mark.read_bytes()[:200].decode("utf-8", errors="replace").strip() or "the Hub"
+            raise RecipeFileError(
+                str(path),
+                f"a published recipe (from {printable(origin)}) kept by `eagle3-raw reproduce`; a stranger's "
+                f"recipe is data and runs only as `eagle3-raw reproduce {printable(origin)}` (with your "
+                "server). To make it your own recipe, copy it out of that folder, read its server, "
+                "model.trust_remote_code and paths, and build the copy",
+            )  # fmt: skip
 
 
 def find_recipe_file(source: str | Path) -> Path:
@@ -338,6 +374,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise RecipeFileError(str(path), problem) from exc
     except yaml.YAMLError as exc:
         raise RecipeFileError(str(path), f"not valid YAML ({yaml_problem(exc)})") from exc
+    except (ValueError, OverflowError) as exc:  # a value YAML cannot make (an integer of 5,000 digits)
+        raise RecipeFileError(str(path), f"not valid YAML ({printable(exc, limit=200)})") from exc
     if not isinstance(data, dict):
         raise RecipeFileError(
             str(path), f"expected a YAML mapping at the top level, got {type(data).__name__}"
@@ -381,9 +419,10 @@ def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[
             raise RecipeError("--set", item, "expected KEY=VALUE, e.g. sampling.temperature=0.7")
         try:
             value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            allowed = f"VALUE is not valid YAML ({yaml_problem(exc)}); quote a string, e.g. key='[text'"
-            raise RecipeError("--set", item, allowed) from exc
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: an int of 5,000 digits
+            problem = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else printable(exc, limit=120)
+            allowed = f"VALUE is not valid YAML ({problem}); quote a string, e.g. key='[text'"
+            raise RecipeError("--set", printable(item, limit=200), allowed) from exc
         items.append((key.strip(), value))
     return items
 
@@ -433,9 +472,10 @@ def parse_recipe(raw: Mapping[str, Any], *, base_dir: Path) -> Recipe:
     walks it, numeric maxima and the local files' sizes before any of them is read.
     """
     check_yaml_size(raw, "recipe")
+    check_plain_values(raw)
     _check_keys("", raw, _TOP_KEYS)
     name = _get(raw, "name", "", str, "a string")
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise RecipeError("name", name, "expected letters, digits, '_', '.', '-' (max 96)")
     recipe = Recipe(
         name=name,

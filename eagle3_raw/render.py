@@ -35,6 +35,7 @@ import orjson
 from eagle3_raw.errors import PromptFormatError, RecipeError
 from eagle3_raw.prompts import Conversation
 from eagle3_raw.recipe import Recipe, did_you_mean, is_hub_id, tokenizer_path
+from eagle3_raw.template_limits import compile_bounded, guard_templates
 
 if TYPE_CHECKING:
     import jinja2
@@ -74,11 +75,12 @@ class Renderer:
         if self._tokenizer.chat_template is None:
             raise RecipeError("model.chat_template", None, "the tokenizer has no chat template; give a file")
         where = recipe.model.chat_template or f"the chat template of {recipe.model.tokenizer}"
+        # compiled only within the bounds (template_limits), also for this check: a stranger's
+        # template never reaches transformers' own compilation, which folds constants unchecked
         read = template_variables(self._tokenizer.chat_template, where)
         from eagle3_raw.chatpath import resolve_template
-        from eagle3_raw.template_limits import guard_templates
 
-        guard_templates(self._tokenizer.chat_template)  # a stranger's template renders within bounds
+        guard_templates(self._tokenizer.chat_template)  # every rendering within bounds
         self._template = resolve_template(self._tokenizer)
         self._kwargs = checked_kwargs(recipe.model.chat_template_kwargs)
         check_kwargs_are_read(read, self._kwargs, ignore=self._tokenizer.special_tokens_map)
@@ -388,15 +390,9 @@ def template_variables(template: str | Mapping[str, str], where: str) -> frozens
 
 
 def _compile(text: str) -> jinja2.Template:
-    try:  # what apply_chat_template renders with: its sandbox, extensions ({% generation %}), globals
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:  # private API: fall back to the sandbox alone
-        import jinja2.ext
-        import jinja2.sandbox
-
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=[jinja2.ext.loopcontrols])
-        return env.from_string(text)
-    return _compile_jinja_template(text)  # type: ignore[no-any-return]
+    """What apply_chat_template renders with (its sandbox, extensions, globals), compiled within
+    the bounds of :mod:`eagle3_raw.template_limits`."""
+    return compile_bounded(text)
 
 
 def check_kwargs_are_read(

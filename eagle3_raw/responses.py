@@ -10,7 +10,8 @@ row in the journal that the Arrow conversion, a resume or ``merge`` would choke 
   most the ``max_new_tokens`` sent, as many as ``completion_tokens``; the prompt is not echoed;
 - with ``finish_reason`` stop on a token id, that id is the last output id (ids after it: a
   speculative-decoding server that overshot its stop, sglang#31599);
-- ``prompt_tokens`` equals the ids sent (a server that truncates prompts is refused for the row);
+- ``prompt_tokens`` is there and equals the ids sent (a server that truncates prompts is refused for
+  the row; one that does not say is a bad response);
 - the meta kept for the row (:data:`KEPT_META`) has the type of its column: ints within int32,
   finite non-negative latency, a short string; ``text`` (the server's decode) is a string or null.
 
@@ -132,7 +133,13 @@ def _check_counts(meta: Mapping[str, Any], output_ids: list[Any], prompt_len: in
             f"{url}: completion_tokens={meta['completion_tokens']} but {len(output_ids)} output_ids", url=url
         )
     prompt_tokens = meta["prompt_tokens"]
-    if prompt_tokens is not None and prompt_tokens != prompt_len:
+    if prompt_tokens is None:
+        raise InvalidResponse(
+            f"{url}: meta_info has no prompt_tokens (every SGLang /generate answer says how many prompt "
+            "tokens it read; without it a truncated prompt cannot be told apart)",
+            url=url,
+        )
+    if prompt_tokens != prompt_len:
         raise RequestRejected(
             f"{url} saw {prompt_tokens} prompt tokens, we sent {prompt_len} "
             "(is the server truncating prompts, e.g. --allow-auto-truncate?)",

@@ -36,6 +36,7 @@ from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.redact import scrub
 from eagle3_raw.runtime import open_file_budget, run_sync, signals_cancel
 from eagle3_raw.shards import check_whole, mark_complete, missing, whole_count
+from eagle3_raw.template_limits import interruptible
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -200,14 +201,22 @@ class _Build:
 
         task = asyncio.current_task()
         assert task is not None
-        with signals_cancel(task, on_repeat=_already_stopping):
-            renderer = await asyncio.to_thread(Renderer, self.recipe)
-            journal = await asyncio.to_thread(self._open_journal)
+        # a template rendering in a worker thread stops at its next step once self.stop is set
+        with signals_cancel(task, on_repeat=_already_stopping), interruptible(self.stop):
+            try:
+                renderer = await asyncio.to_thread(Renderer, self.recipe)
+                journal = await asyncio.to_thread(self._open_journal)
+            except BaseException:
+                self.stop.set()
+                raise
             try:
                 if self.options.retry_failed:
                     await asyncio.to_thread(journal.sets.retry_failed)
                 await self._generate(journal, renderer, urls)
                 summary = await asyncio.to_thread(summarize, journal, self.recipe, self.stats)
+            except BaseException:
+                self.stop.set()  # Ctrl-C, SIGTERM, an error: no thread keeps rendering
+                raise
             finally:
                 await asyncio.to_thread(journal.close)  # its last flush and fsync: off the loop too
         return RunResult(self.directory, summary, self.config_id, self.target)

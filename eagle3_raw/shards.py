@@ -18,13 +18,14 @@ import orjson
 
 from eagle3_raw.errors import FatalError, JournalError
 from eagle3_raw.journal.files import read_bytes, replace_durably
+from eagle3_raw.limits import MAX_SHARDS
 from eagle3_raw.plan import Shard
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-_MARKER = re.compile(r"^complete-(\d+)-of-(\d+)\.json$")
+_MARKER = re.compile(r"^complete-(\d{1,9})-of-(\d{1,9})\.json$")
 
 
 def mark_complete(set_dir: Path, shard: Shard, counts: dict[str, Any]) -> Path:
@@ -40,13 +41,19 @@ def completed(set_dir: Path) -> dict[int, dict[int, dict[str, Any]]]:
     done: dict[int, dict[int, dict[str, Any]]] = {}
     for path in set_dir.glob("complete-*-of-*.json"):
         match = _MARKER.match(path.name)
-        if match:
+        if match and is_shard(int(match[1]), int(match[2])):
             try:
                 marker = orjson.loads(read_bytes(path))
             except (OSError, orjson.JSONDecodeError):
                 continue  # a marker that cannot be read does not count
             done.setdefault(int(match[2]), {})[int(match[1])] = marker if isinstance(marker, dict) else {}
     return done
+
+
+def is_shard(index: int, count: int) -> bool:
+    """Whether a file name's ``<index>-of-<count>`` can be a shard (a planted
+    ``out-0-of-50000000-...`` is not: nothing allocates per shard it claims)."""
+    return 0 <= index < count <= MAX_SHARDS
 
 
 def whole_count(set_dir: Path) -> int | None:
@@ -57,10 +64,15 @@ def whole_count(set_dir: Path) -> int | None:
     return None
 
 
+def _few(indexes: list[int]) -> str:
+    shown = ", ".join(map(str, indexes[:20]))
+    return f"[{shown}]" if len(indexes) <= 20 else f"[{shown}, ... ({len(indexes) - 20:,} more)]"
+
+
 def missing(set_dir: Path) -> str:
     """What keeps the set from being whole, for messages (``of 4: missing [1, 3]``)."""
     done = completed(set_dir)
-    parts = [f"of {n}: missing {sorted(set(range(n)) - set(m))}" for n, m in sorted(done.items())]
+    parts = [f"of {n}: missing {_few(sorted(set(range(n)) - set(m)))}" for n, m in sorted(done.items())]
     return "; ".join(parts) or "no shard has finished"
 
 

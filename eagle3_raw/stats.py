@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.card import histogram, length_stats
+from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,7 +69,7 @@ def render(
     label: str, rows: int, lengths: Mapping[str, np.ndarray], reasons: Mapping[str, int], *, width: int | None
 ) -> str:
     """The whole report; ``width`` (a terminal's columns) draws the histograms, None gives numbers."""
-    lines = [f"{label}: {rows:,} rows", ""]
+    lines = [f"{printable(label)}: {rows:,} rows", ""]
     lines += _stats_table(lengths)
     for name, values in lengths.items():
         lines += ["", f"{name} tokens per row"]
@@ -117,5 +118,6 @@ def finish_reasons(reasons: Mapping[str, int], rows: int, width: int | None) -> 
     for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])):
         share = count / max(rows, 1)
         bar = "█" * max(1, round(share * 30)) if width is not None else ""
-        lines.append(f"  {reason:<10}{count:>10,} {100 * share:>6.1f}%  {bar}".rstrip())
+        shown = printable(reason, limit=60)  # a published set's: a stranger's text
+        lines.append(f"  {shown:<10}{count:>10,} {100 * share:>6.1f}%  {bar}".rstrip())
     return lines or ["  (no rows)"]

@@ -174,6 +174,8 @@ def build_demo(work: Path) -> list[dict[str, Any]]:
 def make_exports(work: Path, max_length: int, size: int) -> dict[str, Any]:
     from eagle3_raw.export import export
 
+    shutil.rmtree(work / "exports", ignore_errors=True)  # ours; an export refuses a folder it did not make
+
     plans: dict[str, dict[str, Any]] = {
         "specforge": {"layout": "specforge"},
         "specforge_cut": {"layout": "specforge", "max_length": max_length},

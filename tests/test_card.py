@@ -175,6 +175,22 @@ def test_marker_text_inside_a_section_is_defused() -> None:
     assert "a prompt that quotes" in again and "Beta, second edition." in again and "Beta.\n" not in again
 
 
+def test_the_recipes_description_is_shown_as_text_never_as_markdown_or_html() -> None:
+    """Issue 22, finding 8: the card took a (maybe stranger's) recipe's description as raw Markdown/HTML."""
+    hostile = (
+        "Haiku answers.\n# Official\n<script>alert(1)</script><img src=x onerror=alert(1)>\n"
+        "[the real set](http://evil.example/) ![logo](http://evil.example/x.png)\n    indented code\n"
+        "| a | table |\n---\n**bold** _it_ <!-- eagle3_raw:config:alpha:end -->"
+    )
+    text = card.render_section(_section("alpha", recipe={"description": hostile}))
+    body = text.split("## Config `alpha`")[1].split("| | |")[0]
+    raws = ("<script", "<img", "](http", "![", "\n# ", "\n    indented", "\n| a |", "\n---\n", "**bold**")
+    for raw in raws:
+        assert raw not in body, raw
+    assert "Haiku answers." in body and "&lt;script&gt;" in body and "\\[the real set\\]" in body
+    assert "<!--" not in body  # no marker, no HTML comment: only the card's own markers stand
+
+
 def test_section_shows_how_it_was_made_counts_and_how_to_use_it() -> None:
     text = card.render_section(_section())
     assert "## Config `alpha`" in text and "Haiku answers." in text

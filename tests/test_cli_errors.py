@@ -164,7 +164,7 @@ def test_a_full_output_disk_leaves_no_truncated_parquet_and_loses_nothing(
 
     written = tmp_path / "roomy" / "t.parquet"
     assert pq.read_table(written).num_rows == 100
-    assert written.stat().st_mode & 0o044  # readable by others as any new file, not a private temp file
+    assert written.stat().st_mode & 0o777 == 0o600  # the rows are the user's only (issue 22), whole
 
 
 # --- the recipe and the command line -------------------------------------------------------------------
@@ -178,6 +178,19 @@ def test_a_full_output_disk_leaves_no_truncated_parquet_and_loses_nothing(
         (["--set", "model.tokenizer=./models/mine"], "no tokenizer folder: "),
         (["--set", "model.chat_template_kwargs={enable_thinkin: 0}"], "(did you mean 'enable_thinking'?)"),
         (["--shard", "2/2"], "error: recipe field '--shard': got '2/2'"),
+        (["--shard", "0/100000000"], "expected at most 65,536 shards"),
+        # issue 22, finding 8: inputs that still ended in a raw traceback
+        (["--set", f"prompts.limit={10**30}"], "'prompts.limit': got 1000000000000000000000000000000; "
+         "expected an integer within 64 bits"),
+        (["--set", f"sampling.seed={10**30}"], "'sampling.seed': got 1000"),
+        (["--set", f"prompts.shuffle_seed={10**30}"], "'prompts.shuffle_seed': got 1000"),
+        (["--set", f"sampling.stop_token_ids=[{10**30}]"], "'sampling.stop_token_ids[0]': got 1000"),
+        (["--set", "model.chat_template_kwargs={a: !!binary aGVsbG8=}"],
+         "'model.chat_template_kwargs.a': got 'bytes'; expected plain data, not a bytes"),
+        (["--set", "sampling.logit_bias={5: -1.0}"],
+         "'sampling.logit_bias': got '5'; expected text keys, not int"),
+        (["--set", "model.chat_template_kwargs={s: !!set {a: null}}"], "expected plain data, not a set"),
+        (["--set", f"sampling.seed={'9' * 5000}"], "VALUE is not valid YAML"),
     ],
 )  # fmt: skip
 def test_bad_command_line_values_are_one_line_errors(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import shutil
 import struct
 import zipfile
 from collections import Counter
@@ -247,9 +248,9 @@ def test_parquet_keeps_every_column_and_value(built: Any, tmp_path: Path) -> Non
 
 def test_speculators_layout_is_a_folder_of_rows_alone(built: Any, tmp_path: Path) -> None:
     out = tmp_path / "s"
-    (out / "data").mkdir(parents=True)
-    (out / "data" / "old.jsonl").write_text('{"stale": true}\n')  # prepare-data would read it too
-    result = _export(built, out, layout="speculators")
+    _export(built, out, layout="speculators", overrides=["name=old"])
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["old.jsonl"]
+    result = _export(built, out, layout="speculators")  # the earlier export's own files go first
     assert sorted(p.name for p in (out / "data").iterdir()) == ["chats.jsonl"]
     assert {"token_freq.pt", "d2t-64.npy", "t2d-64.npy", "draft_vocab.json"} <= {
         p.name for p in out.glob("*")
@@ -258,6 +259,35 @@ def test_speculators_layout_is_a_folder_of_rows_alone(built: Any, tmp_path: Path
     assert f"--data {out}/data" in prepare and "--no-skip-token-freq" in prepare
     assert f"--seq-length {result.longest_row}" in prepare  # every row reaches the trainer whole
     assert f"--draft-vocab-size 64 --d2t-path {out}/d2t-64.npy --t2d-path {out}/t2d-64.npy" in train
+
+
+@pytest.mark.parametrize("planted", ["data/notes.json", "mine.txt", "data"])
+def test_export_writes_only_into_its_own_folder_and_deletes_nothing_else(
+    built: Any, tmp_path: Path, planted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22, finding 6: `--layout speculators --output DIR` deleted DIR/data whatever it held."""
+    recipe, _ = built
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "thesis.jsonl").write_text('{"chapter": 1}\n')
+    run = _run(recipe.parent)
+    argv = ["export", str(recipe), "--layout", "speculators", "--output", str(mine), "--quiet",
+            "--cache-dir", run["cache_dir"], "--journal-dir", str(run["journal_dir"])]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"--output {mine} is not empty and was not made by eagle3-raw export (it holds data)" in err
+    assert (mine / "data" / "thesis.jsonl").read_text() == '{"chapter": 1}\n'  # untouched
+    out = tmp_path / "out"
+    _export(built, out, layout="speculators")
+    target = out / planted
+    if planted == "data":
+        shutil.rmtree(target)
+        target.write_text("a file where the export's folder was")
+    else:
+        target.write_text('{"added": "by the user"}\n')
+    with pytest.raises(ExportError, match=rf"holds {planted}, which the earlier export there did not write"):
+        _export(built, out, layout="speculators")
+    assert target.exists()
 
 
 # --- draft vocabulary --------------------------------------------------------------------------------

@@ -198,6 +198,7 @@ async def test_a_redirect_of_a_side_endpoint_is_never_followed(serve: Any) -> No
     ("body", "message"),
     [
         (_ok([5, 7], prompt_tokens="4"), "meta_info prompt_tokens is '4'"),
+        (_ok([5, 7], prompt_tokens=None), "meta_info has no prompt_tokens"),  # issue 22, finding 8
         (_ok([7], completion_tokens=True), "meta_info completion_tokens is True"),
         (_ok([5, 7], cached_tokens=-1), "meta_info cached_tokens is -1"),
         (_ok([5, 7], cached_tokens=2**31), "meta_info cached_tokens is 2147483648"),

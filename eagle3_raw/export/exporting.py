@@ -8,7 +8,6 @@ changed: the ids and the mask of every row written are the set's, position for p
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from eagle3_raw.errors import ExportError
-from eagle3_raw.export import commands, lengths
+from eagle3_raw.export import commands, folder, lengths
 from eagle3_raw.export.layouts import Layout, get_layout
 from eagle3_raw.export.lengths import LengthReport, LengthTally, Overflow
 from eagle3_raw.export.sources import Source, from_hub, from_recipe
 from eagle3_raw.export.vocab import FrequencyCounter, TokenFrequencies, check_sizes
-from eagle3_raw.export.writers import row_writer, write_vocab_files
+from eagle3_raw.export.writers import row_writer, vocab_names, write_vocab_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -103,7 +102,9 @@ def export(
     ``config``). ``max_length`` cuts rows (``overflow``: ``truncate`` or ``drop``);
     ``extend_boundary`` (SpecForge only) sets the mask at the last prompt position.
     ``draft_vocab_sizes`` (default: the recipe's ``export.draft_vocab_sizes``) get mapping files.
-    Raises ExportError for bad options, RecipeError/HubError from the source.
+    ``output_dir`` is new, empty, or an earlier export's holding only its files
+    (:mod:`eagle3_raw.export.folder`): anything else is refused before the set is read.
+    Raises ExportError for bad options and folders, RecipeError/HubError from the source.
     """
     chosen = get_layout(layout)
     lengths.check_max_length(max_length, overflow)
@@ -111,6 +112,7 @@ def export(
         raise ExportError("extend_boundary is for SpecForge's mask shift (its issue 885): layout specforge")
     if (recipe is None) == (hub is None):
         raise ExportError("export needs exactly one source: recipe=... or hub='org/name[@revision]'")
+    folder.check(Path(output_dir))  # before the set is built or fetched: refused, it costs nothing
     cache = Path(cache_dir) if cache_dir is not None else None
     source = (
         from_hub(hub, config=config, token=token, cache_dir=cache, target_vocab_size=target_vocab_size)
@@ -141,7 +143,8 @@ class _Totals:
 
 def _export(source: Source, layout: Layout, output_dir: Path, options: _Options) -> ExportResult:
     data_file = output_dir / layout.data_path(source.name)
-    _clear_data_folder(layout, data_file)
+    written = [layout.data_path(source.name), *vocab_names(options.sizes, layout.vocab_formats)]
+    folder.claim(output_dir, written)  # only the earlier export's own files are removed
     limit = options.max_length or (layout.limit.default if layout.limit else None)
     tally = LengthTally(limit) if limit is not None else None
     counter, totals = FrequencyCounter(source.target_vocab_size), _Totals()
@@ -161,12 +164,6 @@ def _export(source: Source, layout: Layout, output_dir: Path, options: _Options)
         totals.supervised, totals.longest, report, frequencies, source.vocab_from, options.sizes,
         tuple(vocab_files), tuple(handed),
     )  # fmt: skip
-
-
-def _clear_data_folder(layout: Layout, data_file: Path) -> None:
-    """speculators reads every JSON file under ``data/``: a stale one from an earlier export would join in."""
-    if layout.name == "speculators" and data_file.parent.is_dir():
-        shutil.rmtree(data_file.parent)
 
 
 def _batches(dataset: Any, layout: Layout) -> Any:

@@ -105,52 +105,37 @@ def _hub_file(recipe: Recipe) -> Path | None:
 def from_hub(
     ref: str, *, config: str | None, token: str | None, cache_dir: Path | None, target_vocab_size: int | None
 ) -> Source:
-    """A published set at one commit (``ref`` is ``org/name[@revision]``)."""
-    import datasets
-
-    from eagle3_raw.hub import choose_config, hub_errors, parse_repo_ref
-    from eagle3_raw.hub.client import hub_api
+    """A published set at one commit (``ref`` is ``org/name[@revision]``), read as every command
+    reads a stranger's set (:mod:`eagle3_raw.hub.strangers`: the card's data files inside the repo,
+    the published JSON files and vocabulary size bounded)."""
+    from eagle3_raw.hub.client import hub_api, parse_repo_ref  # eagle3_raw.hub imports this package
+    from eagle3_raw.hub.strangers import load_published_rows, resolve_config
 
     repo_id, revision = parse_repo_ref(ref)
     api = hub_api(token)
-    with hub_errors(repo_id, "read"):
-        commit = str(api.dataset_info(repo_id, revision=revision).sha)
-        files = api.list_repo_files(repo_id, repo_type="dataset", revision=commit)
-    configs = sorted(f.removeprefix("recipes/").removesuffix(".yaml") for f in files if _is_recipe(f))
-    name = choose_config(repo_id, configs, config)
-    with hub_errors(repo_id, "load the published rows of"):
-        dataset = datasets.load_dataset(
-            repo_id, name, revision=commit, split="train", token=token,
-            cache_dir=str(cache_dir) if cache_dir else None,
-        )  # fmt: skip
-    assert isinstance(dataset, datasets.Dataset)
+    commit, name = resolve_config(api, repo_id, revision, config)
+    dataset = load_published_rows(api, repo_id, name, commit, cache_dir)
     given = (target_vocab_size, "given") if target_vocab_size else None
     size, origin = given or _published_vocab(api, repo_id, commit, name)
     return Source(dataset, name, size, origin, repo_id=repo_id, revision=revision or commit)
 
 
-def _is_recipe(path: str) -> bool:
-    return path.startswith("recipes/") and path.endswith(".yaml") and path.count("/") == 1
-
-
 def _published_vocab(api: Any, repo_id: str, commit: str, name: str) -> tuple[int, str]:
-    summary = _published_json(api, repo_id, commit, f"recipes/{name}/vocab/draft_vocab.json")
-    if summary and isinstance(summary.get("target_vocab_size"), int):
-        return int(summary["target_vocab_size"]), "the published draft_vocab.json"
-    manifest = _published_json(api, repo_id, commit, f"recipes/{name}.manifest.json") or {}
-    size = (manifest.get("tokenizer") or {}).get("vocab_size")
+    from eagle3_raw.hub.strangers import published_json, published_vocab_size
+
+    path = f"recipes/{name}/vocab/draft_vocab.json"
+    summary = published_json(api, repo_id, commit, path)
+    if summary and summary.get("target_vocab_size") is not None:
+        where = f"{repo_id}: {path}"
+        return published_vocab_size(summary["target_vocab_size"], where), "the published draft_vocab.json"
+    path = f"recipes/{name}.manifest.json"
+    manifest = published_json(api, repo_id, commit, path) or {}
+    tokenizer = manifest.get("tokenizer")
+    size = tokenizer.get("vocab_size") if isinstance(tokenizer, Mapping) else None
     if size is None:
         raise ExportError(f"{repo_id} config {name}: no vocabulary size published; pass target_vocab_size")
-    return int(size), "the published manifest (len(tokenizer); pass target_vocab_size if the model pads it)"
-
-
-def _published_json(api: Any, repo_id: str, commit: str, path: str) -> dict[str, Any] | None:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
-    try:
-        local = hf_hub_download(repo_id, path, repo_type="dataset", revision=commit, token=api.token)
-    except EntryNotFoundError:
-        return None
-    data = json.loads(Path(local).read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else None
+    size = int(size) if isinstance(size, str) and size.isdigit() and len(size) < 12 else size
+    return (
+        published_vocab_size(size, f"{repo_id}: {path}"),
+        "the published manifest (len(tokenizer); pass target_vocab_size if the model pads it)",
+    )

@@ -30,6 +30,7 @@ import numpy as np
 
 from eagle3_raw.errors import ExportError
 from eagle3_raw.export.lengths import flat_values
+from eagle3_raw.limits import VOCAB_IDS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -105,6 +106,11 @@ class FrequencyCounter:
     """Counts generated ids batch by batch (Arrow tables with ``id``, ``input_ids``, ``loss_mask``)."""
 
     def __init__(self, vocab_size: int) -> None:
+        if not 1 <= vocab_size <= VOCAB_IDS:
+            raise ExportError(
+                f"target vocabulary of {vocab_size:,} ids: expected 1 to {VOCAB_IDS:,} (the largest models "
+                "have about 260,000; t2d has one entry per id)"
+            )
         self._counts = np.zeros(vocab_size, dtype=np.int64)
 
     def add(self, table: pa.Table, mask_column: str = "loss_mask") -> None:

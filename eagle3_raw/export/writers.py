@@ -38,18 +38,32 @@ class RowWriter(Protocol):
 @contextlib.contextmanager
 def row_writer(layout: Layout, path: Path) -> Iterator[RowWriter]:
     """A writer of ``layout``'s rows into ``path`` (renamed into place only when it completes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     try:
         if layout.file_format == "parquet":
+            _private(partial)
             with _ParquetWriter(partial) as parquet:
                 yield parquet
         else:
-            with partial.open("wb") as handle:
+            with _private(partial).open("wb") as handle:
                 yield _JsonlWriter(handle, layout.fields)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _private(path: Path) -> Path:
+    """``path`` created empty, readable by the user only (0600: the rows are the user's data)."""
+    path.unlink(missing_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    return path
+
+
+def write_private(path: Path, content: bytes) -> None:
+    """``content`` into ``path``, created 0600 (see :func:`_private`)."""
+    with _private(path).open("wb") as handle:
+        handle.write(content)
 
 
 class _JsonlWriter:
@@ -106,12 +120,18 @@ def write_vocab_files(
     folder: Path, frequencies: TokenFrequencies, sizes: Sequence[int], formats: Sequence[VocabFormat]
 ) -> list[Path]:
     """Write :func:`vocab_files` into ``folder``; returns the paths."""
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = []
     for name, content in vocab_files(frequencies, sizes, formats).items():
-        (folder / name).write_bytes(content)
+        write_private(folder / name, content)
         paths.append(folder / name)
     return paths
+
+
+def vocab_names(sizes: Sequence[int], formats: Sequence[VocabFormat]) -> list[str]:
+    """The names :func:`vocab_files` gives its files, known before anything is counted."""
+    names = ["token_freq.pt", "draft_vocab.json"]
+    return names + [name for size in sizes for f in formats for name in vocab_file_names(f, size)]
 
 
 def vocab_files(

@@ -3,7 +3,9 @@
 Layout in the dataset repo, per config ``<name>``::
 
     recipes/<name>.yaml                      the resolved recipe, secrets scrubbed
-    recipes/<name>/prompts/<source name>     a local prompt source (file, or a folder's data files)
+    recipes/<name>/prompts/<source name>     a local prompt source (the file, or the data files of a
+                                             folder that the build reads: its top-level .jsonl,
+                                             .json and .parquet files, not hidden)
     recipes/<name>/chat_template/<its name>  a local chat template override
     recipes/<name>.manifest.json             :func:`eagle3_raw.hub.build_manifest`
     recipes/<name>.lengths.svg               the length histograms
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +27,14 @@ from typing import Any, Literal
 import yaml
 
 from eagle3_raw.errors import HubError
-from eagle3_raw.recipe import REFERENCE_TOKENIZER, Recipe, digested_files, load_recipe, tokenizer_path
+from eagle3_raw.recipe import (
+    REFERENCE_TOKENIZER,
+    Recipe,
+    digested_files,
+    load_recipe,
+    prompt_source_files,
+    tokenizer_path,
+)
 from eagle3_raw.redact import is_secret_name, public_url, scrub
 
 
@@ -62,8 +71,8 @@ def publish_recipe(recipe: Recipe) -> PublishedRecipe:
     data["server"] = _public_server(data["server"])
     files: dict[str, Path] = {}
     source = recipe.resolve_path(recipe.prompts.source)
-    if source.exists():
-        data["prompts"]["source"] = _ship(files, source, f"{recipe.name}/prompts")
+    if source.exists():  # exactly the files the build reads: a folder's top-level data files
+        data["prompts"]["source"] = _ship(files, source, f"{recipe.name}/prompts", prompt_source_files)
     if recipe.model.chat_template is not None:
         template = recipe.resolve_path(recipe.model.chat_template)
         data["model"]["chat_template"] = _ship(files, template, f"{recipe.name}/chat_template")
@@ -116,15 +125,18 @@ def _public_server(server: dict[str, Any]) -> dict[str, Any]:
     return public
 
 
-def _ship(files: dict[str, Path], local: Path, folder: str) -> str:
-    """Add ``local`` (a file, or a folder's data files) under ``recipes/<folder>/``; the relative path."""
+def _ship(
+    files: dict[str, Path], local: Path, folder: str, read: Callable[[Path], list[Path]] = digested_files
+) -> str:
+    """Add ``local`` (a file, or the files ``read`` says a folder's reader reads) under
+    ``recipes/<folder>/``; the relative path."""
     # the name as the recipe gives it (a symlink keeps its own name): digest_path hashes file names
     name = local.name if local.name not in ("", ".", "..") else local.resolve().name
     local = local.absolute()
     relative = f"{folder}/{name}"
     if local.is_file():
         files[f"recipes/{relative}"] = local
-    for path in digested_files(local) if local.is_dir() else ():
+    for path in read(local) if local.is_dir() else ():
         files[f"recipes/{relative}/{path.relative_to(local).as_posix()}"] = path
     return relative
 

@@ -7,9 +7,10 @@ on top of exactly the head it read (retried when the branch moved), and a tag is
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from eagle3_raw.hub.published import (
     upload_secrets,
 )
 from eagle3_raw.hub.sets import SetScan, scan_set
+from eagle3_raw.printable import printable
 from eagle3_raw.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:
@@ -94,6 +96,7 @@ def push(
     cache_dir: Path | None = None,
     run_options: Mapping[str, Any] | None = None,
     partial: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> PushResult:
     """Build (or reuse) ``recipe``'s set and publish it as config ``recipe.name`` of ``repo_id``.
 
@@ -102,8 +105,10 @@ def push(
     ``tag`` must not exist yet; both are checked to be valid names before anything is built or
     uploaded. A set is published whole: missing rows are generated first. With ``partial``,
     nothing is generated: the set is what the journal holds, and if some shard has not finished it
-    is published marked partial (manifest and card say what is missing). Raises HubError
-    (credentials, names, permissions, existing tag, Hub failures) and the build's own errors.
+    is published marked partial (manifest and card say what is missing). Every file to upload is
+    listed to ``announce`` (default: standard error) before the first upload (:func:`upload_plan`).
+    Raises HubError (credentials, names, permissions, existing tag, Hub failures) and the build's
+    own errors.
     """
     token = resolve_token(token)
     loaded = load_recipe(recipe, overrides)
@@ -116,7 +121,10 @@ def push(
     prepare_repo(api, repo_id, private=private, revision=revision, tag=tag)
     options = {**(run_options or {}), **({"generate": False, "partial": True} if partial else {})}
     built = build(loaded, cache_dir=cache_dir, run_options=options)
-    return publish(api, loaded, built, repo_id, token=token, tag=tag, revision=revision, private=private)
+    return publish(
+        api, loaded, built, repo_id, token=token, tag=tag, revision=revision, private=private,
+        announce=announce,
+    )  # fmt: skip
 
 
 def prepare_repo(api: HfApi, repo_id: str, *, private: bool, revision: str | None, tag: str | None) -> None:
@@ -161,8 +169,10 @@ def publish(
     tag: str | None = None,
     revision: str | None = None,
     private: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> PushResult:
-    """Steps 4-7 of :func:`push` for a set already built (see :mod:`eagle3_raw.hub`)."""
+    """Steps 4-7 of :func:`push` for a set already built (see :mod:`eagle3_raw.hub`); what will
+    be uploaded goes to ``announce`` (default: standard error) first."""
     published = publish_recipe(recipe)
     scan = scan_set(built.dataset)
     missing = built.run_result.partial if built.run_result is not None else None
@@ -173,6 +183,7 @@ def publish(
     payloads = {**_recipe_payloads(published, manifest, scan), **vocab.files}
     check_no_secrets(payloads, upload_secrets(token, recipe))
     example = _example(recipe, built.dataset)  # before any upload: no half-published config
+    (announce or _to_stderr)(upload_plan(repo_id, recipe.name, scan.rows, payloads))
     _push_data(built.dataset, recipe, repo_id, token=token, revision=revision, private=private)
     recipe_commit = _push_recipe(api, repo_id, recipe.name, payloads, revision)
     section = cards.CardSection(
@@ -186,6 +197,29 @@ def publish(
         repo_id, recipe.name, recipe.fingerprint, revision or "main", commit, tag, scan.rows, built.generated,
         tuple(local_tokenizer_warning(recipe) + warnings),
     )  # fmt: skip
+
+
+def upload_plan(repo_id: str, name: str, rows: int, payloads: Mapping[str, bytes | Path]) -> str:
+    """Every file a push uploads, one per line: the rows, then each payload (a local file with
+    where it comes from and its size), then the card."""
+    width = max(len(path) for path in [f"{name}/train-*.parquet", *payloads])
+    lines = [
+        f"uploading to      {printable(repo_id)} config {printable(name)}:",
+        f"  {f'{name}/train-*.parquet':<{width}}  the set's {rows:,} rows",
+    ]
+    for path, payload in payloads.items():
+        what = (
+            f"from {printable(payload)} ({payload.stat().st_size:,} bytes)"
+            if isinstance(payload, Path)
+            else f"made by eagle3_raw ({len(payload):,} bytes)"
+        )
+        lines.append(f"  {printable(path):<{width}}  {what}")
+    lines.append(f"  {'README.md':<{width}}  the dataset card, this config's section merged in")
+    return "\n".join(lines)
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _record_push(journal_dir: Path, where: str) -> None:

@@ -9,7 +9,6 @@ will be sent where is announced before anything is generated.
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,15 +18,17 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw.builder import build
-from eagle3_raw.errors import HubError
-from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
+from eagle3_raw.hub.client import hub_api, parse_repo_ref
 from eagle3_raw.hub.comparison import Comparison, compare
+from eagle3_raw.hub.strangers import choose_config, download_config, load_published_rows, resolve_config
 from eagle3_raw.hub.untrusted import Trust, describe, load_stranger_recipe, pinned_commit
+from eagle3_raw.limits import RECIPE_BYTES
 from eagle3_raw.recipe import Recipe
 
 if TYPE_CHECKING:
-    import datasets
     from huggingface_hub import HfApi
+
+__all__ = ["choose_config", "fetch_recipe", "reproduce"]
 
 
 def reproduce(
@@ -60,7 +61,7 @@ def reproduce(
 
     api = hub_api(token or get_token())
     asked = revision or ref_revision
-    commit, name = _resolve_config(api, repo_id, asked, config)
+    commit, name = resolve_config(api, repo_id, asked, config)
     trust = Trust(reference_server, trust_remote_code, pinned_commit(asked, commit))
     with _work_dir(work_dir) as root:
         recipe, manifest = fetch_recipe(api, repo_id, commit, name, root / "hub", overrides, trust)
@@ -68,7 +69,7 @@ def reproduce(
         fingerprint = recipe.fingerprint  # now: it digests the downloaded files, gone after the block
         options = {**(run_options or {}), "journal_dir": root / "journals"}
         rebuilt = build(recipe, cache_dir=root / "cache", run_options=options)
-        published = _load_published(api, repo_id, name, commit, root / "published")
+        published = load_published_rows(api, repo_id, name, commit, root / "published")
         result = compare(published, rebuilt.dataset, max_differences=max_differences)
         del published, rebuilt
     return Comparison(repo_id, name, commit, str(manifest.get("fingerprint", "?")), fingerprint, **result)
@@ -76,28 +77,6 @@ def reproduce(
 
 def _to_stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def _resolve_config(api: HfApi, repo_id: str, revision: str | None, config: str | None) -> tuple[str, str]:
-    with hub_errors(repo_id, "read"):
-        commit = str(api.dataset_info(repo_id, revision=revision).sha)
-        files = api.list_repo_files(repo_id, repo_type="dataset", revision=commit)
-    configs = sorted(m[1] for f in files if (m := re.fullmatch(r"recipes/([A-Za-z0-9][\w.-]*)\.yaml", f)))
-    return commit, choose_config(repo_id, configs, config)
-
-
-def choose_config(repo_id: str, configs: Sequence[str], config: str | None) -> str:
-    """``config`` if published, the only config when ``config`` is None, else HubError listing them."""
-    listed = ", ".join(configs)
-    if not configs:
-        raise HubError(
-            f"{repo_id} has no eagle3_raw recipe (recipes/<config>.yaml): was it pushed by eagle3-raw?"
-        )
-    if config is None and len(configs) > 1:
-        raise HubError(f"{repo_id} has several configs ({listed}); choose one with --config NAME")
-    if config is not None and config not in configs:
-        raise HubError(f"{repo_id} has no config {config!r}; it has: {listed}")
-    return config or configs[0]
 
 
 @contextlib.contextmanager
@@ -114,25 +93,17 @@ def fetch_recipe(
     api: HfApi, repo_id: str, commit: str, name: str, local_dir: Path,
     overrides: Mapping[str, Any] | Sequence[str] | None = None, trust: Trust | None = None,
 ) -> tuple[Recipe, dict[str, Any]]:  # fmt: skip
-    """Download config ``name``'s recipe, files and manifest at ``commit``; the recipe loaded from
-    there as a stranger's (:func:`~eagle3_raw.hub.untrusted.load_stranger_recipe`: ``overrides``
-    must name the server, unless ``trust`` asks for the reference server)."""
-    from huggingface_hub import snapshot_download
-
-    patterns = [f"recipes/{name}.yaml", f"recipes/{name}.manifest.json", f"recipes/{name}/*"]
-    with hub_errors(repo_id, "download the recipe of"):
-        snapshot_download(
-            repo_id, repo_type="dataset", revision=commit, local_dir=local_dir, allow_patterns=patterns,
-            token=api.token,
-        )  # fmt: skip
-    manifest = _manifest(local_dir / "recipes" / f"{name}.manifest.json")
-    return load_stranger_recipe(local_dir / "recipes" / f"{name}.yaml", overrides, trust or Trust()), manifest
+    """Download config ``name``'s recipe, files and manifest at ``commit`` (within the bounds of
+    :func:`~eagle3_raw.hub.strangers.download_config`, the copy marked a stranger's); the recipe
+    loaded from there as a stranger's (:func:`~eagle3_raw.hub.untrusted.load_stranger_recipe`:
+    ``overrides`` must name the server, unless ``trust`` asks for the reference server)."""
+    path = download_config(api, repo_id, commit, name, local_dir)
+    manifest = _manifest(path.with_name(f"{name}.manifest.json"))
+    return load_stranger_recipe(path, overrides, trust or Trust()), manifest
 
 
 def _manifest(path: Path) -> dict[str, Any]:
     """The published manifest (only its fingerprint is used), or nothing when absent or unusable."""
-    from eagle3_raw.limits import RECIPE_BYTES
-
     if not path.is_file() or path.stat().st_size > RECIPE_BYTES:
         return {}
     try:
@@ -140,14 +111,3 @@ def _manifest(path: Path) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return manifest if isinstance(manifest, dict) else {}
-
-
-def _load_published(api: HfApi, repo_id: str, name: str, commit: str, cache_dir: Path) -> datasets.Dataset:
-    import datasets
-
-    with hub_errors(repo_id, "load the published rows of"):
-        dataset = datasets.load_dataset(
-            repo_id, name, revision=commit, split="train", token=api.token, cache_dir=str(cache_dir)
-        )
-    assert isinstance(dataset, datasets.Dataset)
-    return dataset

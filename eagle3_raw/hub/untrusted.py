@@ -1,7 +1,9 @@
 """A recipe somebody else wrote is data, never instructions.
 
-``eagle3-raw reproduce`` runs a recipe downloaded from the Hub. What that recipe may decide is the
-data: prompts, turns, tokenizer, template, sampling. What it may not:
+``eagle3-raw reproduce`` runs a recipe downloaded from the Hub, and ``inspect`` decodes a published
+set with the tokenizer its recipe names (:func:`read_stranger_recipe`); a kept copy is refused by
+``build`` and ``push`` (:func:`eagle3_raw.recipe.check_not_kept_copy`). What that recipe may decide
+is the data: prompts, turns, tokenizer, template, sampling. What it may not:
 
 - **where requests go and with which key.** Its whole ``server`` section is dropped (endpoints,
   ``api_key_env``, ``launch``, ``launch_args``, limits, timeouts); the server is the user's:
@@ -78,6 +80,13 @@ def load_stranger_recipe(
     recipe = parse_recipe(merged, base_dir=folder)
     recipe.fingerprint  # noqa: B018  (the downloaded files, digested now)
     return recipe
+
+
+def read_stranger_recipe(path: Path, trust: Trust) -> Recipe:
+    """The recipe file at ``path`` (a download) under the same rules, to read its set (``inspect``):
+    its tokenizer and template only; nothing is built, so no server is named and none is started
+    (the one in the result is a placeholder, the built-in reference server's)."""
+    return load_stranger_recipe(path, None, Trust(True, trust.trust_remote_code, trust.pinned_commit))
 
 
 def confine(folder: Path, field: str, value: str, *, may_be_hub_id: bool) -> None:
