@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.journal.assembly import Pair, merged_groups, mixture_counts, rollout_stats, to_row, to_table
+from eagle3_raw.journal.files import check_journal_dirs
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions, union_keys
@@ -81,8 +82,9 @@ class Journal:
         """Open set ``config_id`` under ``root`` to read, without locks or writes."""
         from eagle3_raw.identity import Target
 
-        sets = SetJournal.read(set_dir(root, config_id))
+        sets = SetJournal.read(set_dir(root, config_id))  # checks the folders, as a writer does
         target = Target.from_dict(sets.manifest["target"])
+        check_journal_dirs(generations_dir(root, target), root)
         return cls(root, sets, GenerationStore(generations_dir(root, target)))
 
     @classmethod
