@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -143,3 +144,57 @@ def test_prune_and_remove_keep_resumable_and_otherwise_cached_sets_and_show_firs
         assert "would remove" in _journals(capsys, "prune", *where, "--resumable")  # it may go, if asked
         assert _load(slow, tmp_path) == 40  # the rerun resumed from what prune kept
         assert len(generations(ledger)) - asked == 40 - infos["slow"].rows
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == 1
+    return capsys.readouterr().err
+
+
+def test_commands_refuse_a_root_others_may_write_or_own_and_follow_no_planted_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22 finding 3: prune/remove on a root another user can write must not follow a link
+    planted there into the user's own journal; merge, status and journals refuse a root another
+    user owns (as build does). The second user is a folder of mode 777 and, as root, a chown to
+    nobody (65534); without root the ownership half is skipped: only root can give a folder away."""
+    write_prompts(tmp_path, 6)
+    mine, shared = tmp_path / "mine", tmp_path / "shared"
+    with reference_server(tmp_path) as (server, _):
+        recipe = write_recipe(tmp_path, endpoints=[server.url])
+        built = eagle3_raw.load(
+            str(recipe), cache_dir=str(tmp_path / "cache"), journal_dir=mine, progress="none"
+        )
+    [model] = (mine / "generations").iterdir()
+    precious = {p: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    assert any(p.name.startswith("gen-") for p in precious)
+
+    (shared / "generations").mkdir(parents=True)
+    (shared / "sets").mkdir()
+    (shared / "generations" / "planted").symlink_to(model)  # another user's plant
+    shared.chmod(0o777)  # a folder others may write (as a shared /scratch one)
+    for command in (["journals", "prune", "--yes"], ["journals", "remove", "x", "--yes", "--force"]):
+        err = _refused(capsys, *command, "--journal-dir", str(shared))
+        assert f"{shared} may be written by other users (mode 777)" in err
+    shared.chmod(0o700)  # a root of ours, still with the link in it
+    assert "is a symbolic link, which a journal never makes nor follows" in _refused(
+        capsys, "journals", "prune", "--yes", "--journal-dir", str(shared)
+    )
+    assert {p: p.read_bytes() for p in model.iterdir() if p.is_file()} == precious  # nothing deleted
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root (the mode and link checks ran)")
+    theirs = tmp_path / "theirs"
+    shutil.copytree(mine, theirs, symlinks=True)
+    for path in [theirs, *theirs.rglob("*")]:
+        os.lchown(path, 65534, 65534)
+    where = ["--journal-dir", str(theirs)]
+    for command in (
+        ["merge", str(recipe), *where, "--cache-dir", str(tmp_path / "cache2")],
+        ["status", str(recipe), *where, "--sample", "0"],
+        ["journals", "list", *where],
+        ["journals", "prune", *where],
+    ):
+        assert f"{theirs} belongs to another user (uid 65534)" in _refused(capsys, *command), command
+    assert not (tmp_path / "cache2").exists() or not list((tmp_path / "cache2").rglob("*.arrow"))
+    assert len(built) == 6

@@ -82,11 +82,10 @@ def check_journal_dirs(directory: Path, root: Path) -> None:
     and its rows would be someone else's."""
     if directory != root and root not in directory.parents:
         raise ValueError(f"{directory} is not inside the journal root {root}")
-    for level in (directory, *directory.parents):
+    levels = [directory, *directory.parents]
+    for level in reversed(levels[: levels.index(root) + 1]):  # the root first: the message names it
         if os.path.lexists(level):
             check_private_dir(level, follow=level == root)
-        if level == root:
-            break
 
 
 def check_private_dir(directory: Path, *, follow: bool = False) -> None:
