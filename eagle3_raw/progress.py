@@ -48,6 +48,13 @@ class RunStats:
     """Rows planned so far; with the fields below, an estimate of ``planned`` before it is known."""
     source_rows: int | None = None
     """Rows in the prompt source (after ``limit``), when it can be counted cheaply."""
+    disk_full_since: float | None = None
+    """Since when (``time.monotonic()``) the journal's disk has had no room; None while it has."""
+    disk_full_seconds: float = 0.0
+    """How long the journal's disk had no room in the periods that ended."""
+    held: int = 0
+    """Generated rows held in memory now, the journal's disk having no room for them."""
+    held_peak: int = 0
     _first_index: int | None = None  # source row of the first planned row
     _current_index: int = -1  # source row being planned
     _settled: int = 0  # rows planned before the current source row
@@ -64,6 +71,18 @@ class RunStats:
     def done(self) -> int:
         """Rows with an outcome (journaled, reused, failed or skipped), replayed ones included."""
         return self.replayed + self.reused + self.rows + self.failed + self.skipped
+
+    def note_disk(self, full_since: float | None, held: int) -> Literal["full", "back"] | None:
+        """Record the journal's disk state; returns ``"full"`` or ``"back"`` when it changed."""
+        self.held, self.held_peak = held, max(self.held_peak, held)
+        if full_since is not None and self.disk_full_since is None:
+            self.disk_full_since = full_since
+            return "full"
+        if full_since is None and self.disk_full_since is not None:
+            self.disk_full_seconds += time.monotonic() - self.disk_full_since
+            self.disk_full_since = None
+            return "back"
+        return None
 
     def note_planned(self, source_index: int, rows: int = 1) -> None:
         """The planner queued ``rows`` rows of source row ``source_index`` (called in canonical order)."""
@@ -296,8 +315,12 @@ def status_line(stats: RunStats, endpoints: Sequence[Endpoint]) -> str:
     health = f"{len(endpoints) - len(down)}/{len(endpoints)} endpoints up" + (
         f" (down: {', '.join(down)})" if down else ""
     )
+    full = ""
+    if stats.disk_full_since is not None:  # first: the line is cut to the terminal's width
+        waited = _duration(time.monotonic() - stats.disk_full_since)
+        full = f"JOURNAL DISK FULL for {waited}: {stats.held:,} rows held, no new request; "
     return (
-        f"{stats.tokens_per_second:,.0f} tok/s, {in_flight} in flight, {health}, "
+        f"{full}{stats.tokens_per_second:,.0f} tok/s, {in_flight} in flight, {health}, "
         f"{stats.retries} retries, {stats.failed} failed, {stats.skipped} skipped"
     )
 
@@ -324,6 +347,10 @@ class Summary:
     """For ``turns: rollout``: :func:`~eagle3_raw.journal.assembly.rollout_stats`."""
     mixture: Mapping[str, int] | None = None
     """With a sampling mixture: turns drawn each component, by its index."""
+    disk_full_seconds: float = 0.0
+    """How long the journal's disk had no room during this run (its rows were held meanwhile)."""
+    held_peak: int = 0
+    """The most generated rows held in memory at once while it had none."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -343,9 +370,13 @@ class Summary:
             "run_rows": self.run_rows,
             "run_reused": self.run_reused,
             "journal": self.journal,
+            **(self._disk_dict() if self.disk_full_seconds else {}),
             **({"rollouts": dict(self.rollouts)} if self.rollouts is not None else {}),
             **({"mixture": dict(self.mixture)} if self.mixture is not None else {}),
         }
+
+    def _disk_dict(self) -> dict[str, Any]:
+        return {"disk_full_s": round(self.disk_full_seconds, 1), "held_peak": self.held_peak}
 
     def render(self) -> str:
         """A plain-text summary for the terminal."""
@@ -364,6 +395,11 @@ class Summary:
             *self._rollout_lines(),
             f"journal           {self.journal}",
         ]
+        if self.disk_full_seconds:
+            lines.append(
+                f"journal disk      full for {self.disk_full_seconds:,.0f} s this run: up to "
+                f"{self.held_peak:,} generated rows held in memory, all written when space came back"
+            )
         failed = sum(self.failed.values())
         if failed:
             lines.append(

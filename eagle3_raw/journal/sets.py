@@ -140,6 +140,10 @@ class SetJournal:
             raise ValueError(f"the set journal {self.directory} was opened with read(): read-only")
         return self._writer
 
+    @property
+    def writer_or_none(self) -> LogWriter | None:
+        return self._writer
+
     # --- writing ---------------------------------------------------------------------------------
 
     def add_row(self, key: RowKey, digest: bytes, info: Mapping[str, Any]) -> None:
