@@ -83,6 +83,7 @@ class Dispatcher:
         self.journal = journal
         self.stats = stats
         self.vocab_size = vocab_size
+        self.eos_ids = renderer.eos_token_ids if renderer is not None else frozenset()
         self.stop = stop
         self.in_flight: dict[str, str] = {}  # rid -> endpoint URL
         self.affinity: dict[int, Endpoint] = {}  # source index -> endpoint of its last request
@@ -277,7 +278,7 @@ class Dispatcher:
             generation = await sglang.generate(
                 self.session, endpoint.url, rid=rid, input_ids=job.prompt_ids,
                 sampling_params=job.sampling_params, vocab_size=self.vocab_size,
-                timeout=self.recipe.server.request_timeout,
+                timeout=self.recipe.server.request_timeout, eos_ids=self.eos_ids,
             )  # fmt: skip
         except BaseException as exc:
             fault = isinstance(exc, _ENDPOINT_FAULTS) and not self.stop.is_set()  # not our own aborts

@@ -220,6 +220,8 @@ class _Build:
         task = asyncio.current_task()
         assert task is not None
         with signals_cancel(task, on_repeat=_already_stopping):
+            for warning in self.recipe.sampling.warnings():
+                log.warning("%s", warning)
             renderer = await asyncio.to_thread(Renderer, self.recipe)
             journal = await asyncio.to_thread(self._open_journal)
             try:
