@@ -614,3 +614,28 @@ def test_a_journal_disk_full_for_too_long_stops_spills_and_the_rerun_takes_the_r
         assert stderr.has("took back") and "rows              80" in out, stderr.text + out
         assert not list((tmp_path / "spill").rglob("*.bin"))  # taken back, then removed
         _asked_once(ledger, 80)  # the held rows were not generated again
+
+
+def test_a_resumed_build_counts_the_rows_its_journal_held_and_the_bar_ends_at_100(tmp_path: Path) -> None:
+    """Issue 21 finding 8: after a resume, rows = journaled + new + reused, and the bar's total is
+    the summary's."""
+    write_prompts(tmp_path, 40)
+    with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "2") as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 64})
+        _interrupted_build(recipe, tmp_path, ledger, signals=1)
+        held = len(_journaled_ids(recipe, tmp_path))
+        resumed = subprocess.run(
+            _build_command(recipe, tmp_path), capture_output=True, text=True, timeout=120
+        )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout
+
+    def count(name: str) -> int:
+        found = re.search(rf"^{name} +([\d,]+)", out, re.M)
+        assert found is not None, (name, out)
+        return int(found[1].replace(",", ""))
+
+    assert 0 < held < 40 and count("journaled rows") == held
+    assert count("rows") == 40 == count("journaled rows") + count("new rows") + count("reused rows")
+    last = [line for line in resumed.stderr.splitlines() if " rows (" in line][-1]
+    assert "40/40 rows (100.0%)" in last, last
