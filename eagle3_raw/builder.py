@@ -21,9 +21,10 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eagle3_raw.errors import Eagle3RawError, FatalError
+from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import set_dir
+from eagle3_raw.journal.roots import record_cache
 from eagle3_raw.progress import reason_lines
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
@@ -36,7 +37,7 @@ VERSION = datasets.Version("1.1.0")
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(
-    {"journal_dir", "retry_failed", "progress", "log_interval", "generate", "partial"}
+    {"journal_dir", "retry_failed", "progress", "log_interval", "generate", "partial", "disk_wait"}
 )
 
 
@@ -109,8 +110,9 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
             super().download_and_prepare(*args, **kwargs)
         finally:
             release_launched(self.recipe)  # started to learn the target; a cached set needs none
+        directory = set_dir(options.root, self.config.set_id.removesuffix("-partial"))
+        _note_cache(directory, str(self.cache_dir))
         if self.run_result is None:  # reused from the cache: still say what did not make it
-            directory = set_dir(options.root, self.config.set_id.removesuffix("-partial"))
             self.cached_failures = failed_for_good(directory)
             if self.cached_failures:
                 log.warning(failures_notice(self.cached_failures))
@@ -137,6 +139,15 @@ def _private_folder(folder: str) -> None:
     readable by the user only (0700): the rows are the user's data, whatever the umask."""
     with contextlib.suppress(OSError, TypeError):  # a remote cache (fsspec URL): its own rules
         os.chmod(folder, 0o700)
+
+
+def _note_cache(directory: Path, cache: str) -> None:
+    """Record in the set's journal that ``cache`` holds it (``journals prune`` then keeps the set
+    whatever ``--cache-dir`` it is given); a journal that cannot record it is left as it is."""
+    try:
+        record_cache(directory, cache)
+    except JournalError as exc:
+        log.debug("cannot record the cache folder in %s: %s", directory, exc)
 
 
 def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw.errors import HubError
+from eagle3_raw.recipe import is_greedy
 
 if TYPE_CHECKING:
     import jinja2
@@ -248,6 +249,7 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "reproduce_command": reproduce_command(section.repo_id, section.revision, section.name, recipe),
         "launches_reference": (recipe.get("server") or {}).get("launch") == "reference",
         "greedy": is_greedy(recipe["sampling"]),
+        "samples_per_prompt": int(recipe["sampling"].get("samples_per_prompt") or 1),
         **trainer_context(section),
     }
 
@@ -317,11 +319,6 @@ def reproduce_command(repo_id: str, revision: str, name: str, recipe: Mapping[st
     if (recipe.get("server") or {}).get("launch") == "reference":
         return command + " --reference-server"
     return command + " --set server.endpoints=http://HOST:PORT"
-
-
-def is_greedy(sampling: Mapping[str, Any]) -> bool:
-    """True when the recipe's sampling is greedy (``temperature: 0``; SGLang's default is 1.0)."""
-    return bool(sampling.get("temperature", 1.0) == 0)
 
 
 def _prompts_context(recipe: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -104,6 +104,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--log-interval", type=float, default=30.0, help="seconds between log lines with --quiet (default 30)"
     )
+    add(
+        "--disk-wait", type=float, default=600.0, metavar="SECONDS",
+        help="how long a full journal disk is waited for (no new request meanwhile) before the run stops, "
+        "keeping the rows it holds in the spill folder it names (default 600)",
+    )  # fmt: skip
 
 
 def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,6 +150,7 @@ def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "retry_failed": args.retry_failed,
         "progress": "log" if args.quiet else "bar",
         "log_interval": args.log_interval,
+        "disk_wait": args.disk_wait,
     }
 
 

@@ -6,6 +6,11 @@ sent to the least-loaded healthy endpoint (its conversation's earlier endpoint w
 so the prefix cache hits) and retried on transient errors until the budget is spent. Every
 attempt has its own rid; a timed-out one is aborted on the server.
 
+While the journal's disk has no room, no new request goes out (what is generated is held in
+memory until it can be written): a worker waits for space, up to ``disk_wait`` seconds of a full
+disk, then the run stops (:class:`~eagle3_raw.errors.JournalFull`) and the journal spills what it
+holds (:mod:`eagle3_raw.journal.spill`).
+
 A :class:`~eagle3_raw.plan.Pending` generation point is rendered by the server's chat path first
 (``/tokenize`` with ``messages``; at most :data:`RENDERS_IN_FLIGHT` at a time, taking no generation
 slot), then its rows go on like planned ones, the samples side by side. A
@@ -18,6 +23,7 @@ import asyncio
 import itertools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +33,7 @@ from eagle3_raw.checks import backoff
 from eagle3_raw.errors import (
     ConnectError,
     GenerationAborted,
+    JournalFull,
     PromptFormatError,
     RequestRejected,
     RequestTimeout,
@@ -67,14 +74,16 @@ class Dispatcher:
     def __init__(
         self, recipe: Recipe, session: aiohttp.ClientSession | None, pool: EndpointPool | None,
         journal: Journal, stats: RunStats, *, vocab_size: int, stop: threading.Event,
-        planner: Planner | None = None, renderer: Renderer | None = None,
+        planner: Planner | None = None, renderer: Renderer | None = None, disk_wait: float = 600.0,
     ) -> None:  # fmt: skip
         self.recipe = recipe
+        self.disk_wait = disk_wait
         self.session = session
         self.pool = pool
         self.journal = journal
         self.stats = stats
         self.vocab_size = vocab_size
+        self.eos_ids = renderer.eos_token_ids if renderer is not None else frozenset()
         self.stop = stop
         self.in_flight: dict[str, str] = {}  # rid -> endpoint URL
         self.affinity: dict[int, Endpoint] = {}  # source index -> endpoint of its last request
@@ -231,6 +240,10 @@ class Dispatcher:
                 f"row {job.row_id} has to be generated, but no endpoint answers; every row reused so far "
                 "is journaled: start the server and run again"
             )
+        try:
+            await room_in_journal(self.journal, self.disk_wait, self.stop)
+        except Stopping:
+            return None
         last: RetryableError | None = None
         for attempt in range(self.recipe.server.max_retries + 1):
             if attempt:
@@ -265,7 +278,7 @@ class Dispatcher:
             generation = await sglang.generate(
                 self.session, endpoint.url, rid=rid, input_ids=job.prompt_ids,
                 sampling_params=job.sampling_params, vocab_size=self.vocab_size,
-                timeout=self.recipe.server.request_timeout,
+                timeout=self.recipe.server.request_timeout, eos_ids=self.eos_ids,
             )  # fmt: skip
         except BaseException as exc:
             fault = isinstance(exc, _ENDPOINT_FAULTS) and not self.stop.is_set()  # not our own aborts
@@ -332,6 +345,20 @@ class Dispatcher:
 
 class Stopping(Exception):
     """The run is stopping: a request that failed meanwhile is nobody's failure."""
+
+
+async def room_in_journal(journal: Journal, limit: float, stop: threading.Event | None = None) -> None:
+    """Return once the journal's disk has room (at once when it has). Raises
+    :class:`~eagle3_raw.errors.JournalFull` once it has had none for ``limit`` seconds, and
+    :class:`Stopping` when ``stop`` is set meanwhile."""
+    while (since := journal.full_since) is not None:
+        if stop is not None and stop.is_set():
+            raise Stopping
+        if time.monotonic() - since >= limit:
+            raise JournalFull(
+                f"the journal's disk has had no space for {limit:,.0f} s (--disk-wait): stopping"
+            )
+        await asyncio.sleep(0.25)
 
 
 def _mixture(mixture: Mapping[str, Any] | None) -> dict[str, Any]:

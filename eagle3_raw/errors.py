@@ -143,6 +143,11 @@ class JournalError(FatalError):
     """The journal cannot be written or read. What it already holds stays readable."""
 
 
+class JournalFull(JournalError):
+    """The journal's disk has had no space for longer than the run waits (``--disk-wait``); what the
+    run held in memory is kept in the spill folder the message names."""
+
+
 class HubError(FatalError):
     """A push to or a read from the Hub failed (credentials, permissions, missing repo)."""
 

@@ -14,18 +14,29 @@ if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
+_HELP = {
+    "list": "every set: rows, failed, tokens, size, recipe, target, last used, cached/pushed",
+    "remove": "remove sets by config id, then the generations no other set names (shows them; --yes)",
+    "prune": "remove the sets not cached, pushed, being written or resumable (shows them; --yes)",
+}
+_DESCRIPTIONS = {
+    "remove": "Without --yes, only shows what would be removed. A set being written is never removed; "
+    "one that was pushed, is cached (in --cache-dir or any cache it was built into) or that a rerun "
+    "would resume (a build that did not finish) only with --force.",
+    "prune": "Without --yes, only shows what would be removed. Kept: sets being written, cached (in "
+    "--cache-dir or any cache they were built into), pushed, or resumable (a build that did not "
+    "finish: a rerun goes on from its rows) unless --resumable.",
+}
+
+
 def add_journals(sub: SubParsers) -> argparse.ArgumentParser:
     """Register ``journals list|remove|prune``."""
     parser: argparse.ArgumentParser = sub.add_parser(
         "journals", help="list the journal's sets, remove sets, prune what no cached or published set needs"
     )
     actions = parser.add_subparsers(dest="action", required=True)
-    for name, help_text in (
-        ("list", "every set: rows, failed, tokens, size, recipe, target, last used, cached/pushed"),
-        ("remove", "remove sets by config id, then the generations no other set names"),
-        ("prune", "remove every set that is not in the datasets cache, not pushed and not being written"),
-    ):
-        action = actions.add_parser(name, help=help_text)
+    for name, help_text in _HELP.items():
+        action = actions.add_parser(name, help=help_text, description=_DESCRIPTIONS.get(name))
         action.add_argument(
             "--journal-dir", type=Path, help="journal root (default: $EAGLE3_RAW_JOURNAL_DIR or ~/.cache)"
         )
@@ -33,10 +44,13 @@ def add_journals(sub: SubParsers) -> argparse.ArgumentParser:
             "--cache-dir", type=Path, help="datasets cache folder (default: HF_DATASETS_CACHE)"
         )
         action.set_defaults(handler=_run)
-    removing = actions.choices["remove"]
+    removing, pruning = actions.choices["remove"], actions.choices["prune"]
     removing.add_argument("config_ids", nargs="+", metavar="CONFIG_ID")
-    removing.add_argument("--force", action="store_true", help="also remove sets that were pushed")
-    actions.choices["prune"].add_argument("--dry-run", action="store_true", help="say what would go")
+    removing.add_argument("--force", action="store_true", help="also sets pushed, cached or resumable")
+    pruning.add_argument("--resumable", action="store_true", help="also sets of builds that did not finish")
+    for action in (removing, pruning):
+        action.add_argument("--yes", action="store_true", help="remove them (else: only show what would go)")
+        action.add_argument("--dry-run", action="store_true", help="only show what would go (the default)")
     return parser
 
 
@@ -48,24 +62,37 @@ def _run(args: argparse.Namespace) -> int:
     if args.action == "list":
         sets = list_sets(root, cache_dir=args.cache_dir)
         print("\n".join(map(_line, sets)) if sets else f"no sets in {root}")
-    elif args.action == "remove":
-        for info in remove_sets(root, args.config_ids, force=args.force):
-            print(f"removed           {info.config_id} ({info.rows:,} rows)")
+        return 0
+    dry_run = args.dry_run or not args.yes
+    verb = "would remove" if dry_run else "removed"
+    resumable = getattr(args, "resumable", False)  # prune's
+    if args.action == "remove":
+        ids, force = args.config_ids, args.force
+        removed = remove_sets(root, ids, force=force, dry_run=dry_run, cache_dir=args.cache_dir)
+        kept: list[SetInfo] = []
     else:
-        report = prune(root, cache_dir=args.cache_dir, dry_run=args.dry_run)
-        verb = "would remove" if args.dry_run else "removed"
-        for info in report.removed:
-            print(f"{verb:<17} {info.config_id} ({info.rows:,} rows, {_size(info.bytes)})")
-        for info in report.kept:
-            print(f"{'kept':<17} {info.config_id} ({_why(info)})")
-        if not args.dry_run:
-            print(f"freed             {_size(report.freed_bytes)} of generations no set names")
+        report = prune(root, cache_dir=args.cache_dir, dry_run=dry_run, resumable=resumable)
+        removed, kept = report.removed, report.kept
+    for info in removed:
+        print(f"{verb:<17} {info.config_id} ({info.rows:,} rows, {_size(info.bytes)})")
+    for info in kept:
+        print(f"{'kept':<17} {info.config_id} ({info.kept_because(resumable=resumable)})")
+    if not dry_run and args.action == "prune":
+        print(f"freed             {_size(report.freed_bytes)} of generations no set names")
+    if dry_run:
+        print(_dry_run_note(len(removed)))
     return 0
+
+
+def _dry_run_note(count: int) -> str:
+    if not count:
+        return "nothing to remove"
+    return f"nothing removed: {count} set{'s' if count != 1 else ''} would go; run again with --yes to remove"
 
 
 def _line(info: SetInfo) -> str:
     """One set's lines; what a server reported, a recipe named or a manifest holds is escaped."""
-    state = "whole" if info.whole else "partial"
+    state = "whole" if info.whole else ("resumable" if info.resumable else "partial")
     return (
         f"{printable(info.config_id)}\n  recipe {printable(info.name)}; {state}; {info.rows:,} rows "
         f"({info.failed:,} failed), {info.prompt_tokens:,} prompt + {info.generated_tokens:,} generated "
@@ -75,7 +102,8 @@ def _line(info: SetInfo) -> str:
 
 
 def _why(info: SetInfo) -> str:
-    reasons = [r for r, on in (("being written", info.writing), ("cached", info.cached)) if on]
+    reasons = ["being written"] if info.writing else []
+    reasons += [f"cached in {printable(c, limit=200)}" for c in info.caches]
     reasons += [f"pushed to {printable(p, limit=200)}" for p in info.pushed]
     return ", ".join(reasons)
 

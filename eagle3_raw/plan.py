@@ -337,22 +337,24 @@ class Planner:
         ]
 
     def _rendered(self, conv: Conversation, pending: dict[RowKey, bytes]) -> Iterator[tuple[RowKey, Planned]]:
-        by_choice: dict[int | None, dict[RowKey, bytes]] = {}
+        """Rendered here, each generation point once per mixture component. A point the chat path
+        refuses skips its own rows only, as the server's refusal does (:meth:`refuse`): the
+        conversation's other points are still rendered."""
+        groups: dict[tuple[int, int | None], dict[RowKey, bytes]] = {}
         for key, memo_key in pending.items():
             choice = self.choice(conv, key.sample)
-            by_choice.setdefault(choice.index if choice else None, {})[key] = memo_key
-        for keys in by_choice.values():
-            choice = self.choice(conv, next(iter(keys)).sample)
+            groups.setdefault((key.turn, choice.index if choice else None), {})[key] = memo_key
+        for (turn, _), keys in groups.items():
             try:
-                turns = self.renderer.render(conv, only={k.turn for k in keys}, choice=choice)
+                prompt_ids = self.renderer.prompt_ids(
+                    conv, turn, choice=self.choice(conv, next(iter(keys)).sample)
+                )
             except PromptFormatError as exc:
-                whole = RowKey(conv.index, WHOLE_ROW, WHOLE_ROW)
-                yield whole, Skip.from_error(whole, exc)
-                return
-            prompts = {turn.turn: turn.prompt_ids for turn in turns}
+                for key in keys:
+                    yield key, Skip.from_error(key, PromptFormatError(str(exc), row_id=self._id(conv, key)))
+                continue
             for key, memo_key in keys.items():
-                if key.turn in prompts:
-                    yield key, self._job_or_reuse(conv, key, prompts[key.turn], memo_key)
+                yield key, self._job_or_reuse(conv, key, prompt_ids, memo_key)
 
     def _job_or_reuse(
         self, conv: Conversation, key: RowKey, prompt_ids: list[int], memo_key: bytes

@@ -227,6 +227,31 @@ class SamplingConfig:
         extra = component.params if component is not None else {}
         return {**SGLANG_SAMPLING_DEFAULTS, **self.params, **extra}
 
+    def greedy_components(self) -> list[int]:
+        """The mixture components (by index) that sample greedily (:func:`is_greedy`)."""
+        return [i for i, c in enumerate(self.mixture) if is_greedy(self.request_params(c))]
+
+    def warnings(self) -> list[str]:
+        """What is allowed but probably not meant: greedy mixture components beside sampled ones
+        when a conversation has several samples (two samples drawing one repeat each other)."""
+        greedy = self.greedy_components()
+        if self.samples_per_prompt < 2 or not greedy:
+            return []
+        shown = ", ".join(f"sampling.mixture[{i}]" for i in greedy)
+        return [
+            f"{shown} {'samples' if len(greedy) == 1 else 'sample'} greedily (temperature 0): two of the "
+            f"{self.samples_per_prompt} samples of a conversation that both draw it are the same answer, "
+            "a duplicate row; give it a temperature > 0 (each sample has its own sampling_seed), or set "
+            "samples_per_prompt: 1"
+        ]
+
+
+def is_greedy(params: Mapping[str, Any]) -> bool:
+    """Whether SGLang samples these ``sampling_params`` greedily: a temperature below 1e-6 (SGLang
+    makes it top_k 1) or ``top_k`` 1; every sample of one prompt is then the same answer."""
+    temperature = params.get("temperature", SGLANG_SAMPLING_DEFAULTS["temperature"])
+    return (isinstance(temperature, int | float) and temperature < 1e-6) or params.get("top_k") == 1
+
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -718,12 +743,29 @@ def _parse_sampling(raw: Mapping[str, Any]) -> SamplingConfig:
             "required: an integer >= 1 (SGLang's default of 128 silently truncates)",
         )  # fmt: skip
     _check_min_new_tokens("sampling.", params)
-    return SamplingConfig(
+    config = SamplingConfig(
         params=params,
         samples_per_prompt=_get_int(raw, "samples_per_prompt", "sampling.", 1, minimum=1),
         seed=_get_int(raw, "seed", "sampling.", 0, minimum=0),
         mixture=_parse_mixture(raw.get("mixture"), params),
     )
+    _check_greedy_samples(config)
+    return config
+
+
+def _check_greedy_samples(config: SamplingConfig) -> None:
+    """Several samples of a prompt sampled greedily are one answer written several times."""
+    if config.samples_per_prompt < 2:
+        return
+    greedy = config.greedy_components()
+    if (len(greedy) == len(config.mixture)) if config.mixture else is_greedy(config.params):
+        raise RecipeError(
+            "sampling.samples_per_prompt", config.samples_per_prompt,
+            "with greedy sampling (temperature 0, or top_k 1) every sample of a prompt is the same "
+            "answer, so the set would hold each row that many times: set samples_per_prompt: 1, or "
+            "sample (e.g. temperature: 0.7; each sample has its own sampling_seed, honoured by a "
+            "server started with --enable-deterministic-inference)",
+        )  # fmt: skip
 
 
 def _sampling_params(prefix: str, params: Mapping[str, Any]) -> dict[str, Any]:

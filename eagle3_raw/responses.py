@@ -10,6 +10,10 @@ row in the journal that the Arrow conversion, a resume or ``merge`` would choke 
   most the ``max_new_tokens`` sent, as many as ``completion_tokens``; the prompt is not echoed;
 - with ``finish_reason`` stop on a token id, that id is the last output id (ids after it: a
   speculative-decoding server that overshot its stop, sglang#31599);
+- no stop token before the last position: SGLang stops at the first id of its EOS set (the model's
+  EOS ids, the ``stop_token_ids`` sent, and the id the server says it stopped on) unless
+  ``ignore_eos`` was sent, so an answer that goes on after one teaches a drafter to go on after
+  the end (the caller passes ``stop_ids``, empty with ``ignore_eos``);
 - ``prompt_tokens`` is there and equals the ids sent (a server that truncates prompts is refused for
   the row; one that does not say is a bad response);
 - the meta kept for the row (:data:`KEPT_META`) has the type of its column: ints within int32,
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy
+import numpy.typing
 
 from eagle3_raw.errors import GenerationAborted, InvalidResponse, RequestRejected
 from eagle3_raw.printable import printable
@@ -59,11 +64,14 @@ def check_response(
     max_new_tokens: int | None = None,
     *,
     payload: bytes | None = None,
+    stop_ids: frozenset[int] | None = frozenset(),
 ) -> Generation:
     """Check one response object against what was sent; see the module docstring.
 
     ``payload``, the body ``result`` was decoded from, lets the boolean check be skipped when the
     body holds no ``true``/``false`` at all (a scan in C instead of a look at every id).
+    ``stop_ids``: the ids the server stops at (its model's EOS ids and the ``stop_token_ids`` sent;
+    the id it reports stopping on is added), None when ``ignore_eos`` was sent (no id stops it).
     """
     meta = result.get("meta_info")
     output_ids = result.get("output_ids")
@@ -76,12 +84,14 @@ def check_response(
         )
     kept = _kept_meta(meta, url)
     _check_counts(kept, output_ids, len(input_ids), url)
-    _check_ids(
+    values = _check_ids(
         output_ids, vocab_size, url, maybe_bools=payload is None or b"true" in payload or b"false" in payload
     )
     if len(input_ids) > 1 and output_ids[: len(input_ids)] == list(input_ids):
         raise InvalidResponse(f"response from {url} echoes the prompt in output_ids", url=url)
     _check_stop(meta["finish_reason"], output_ids, url)
+    if stop_ids is not None:
+        _check_no_early_stop(meta["finish_reason"], values, stop_ids, url)
     text = result.get("text")
     if text is not None and not isinstance(text, str):
         shown = printable(repr(text), limit=80)
@@ -147,7 +157,10 @@ def _check_counts(meta: Mapping[str, Any], output_ids: list[Any], prompt_len: in
         )
 
 
-def _check_ids(output_ids: list[Any], vocab_size: int, url: str, *, maybe_bools: bool = True) -> None:
+def _check_ids(
+    output_ids: list[Any], vocab_size: int, url: str, *, maybe_bools: bool = True
+) -> numpy.typing.NDArray[numpy.int64]:
+    """The ids as an int64 array, once they are all ints inside the vocabulary."""
     if maybe_bools and bool in set(map(type, output_ids)):  # array("q") takes True for 1
         raise InvalidResponse(f"{url} returned a boolean among the output ids", url=url)
     try:
@@ -160,6 +173,7 @@ def _check_ids(output_ids: list[Any], vocab_size: int, url: str, *, maybe_bools:
         raise InvalidResponse(
             f"{url} returned token id {token} outside the vocabulary (0..{vocab_size - 1})", url=url
         )
+    return values
 
 
 def _check_stop(finish: Mapping[str, Any], output_ids: list[int], url: str) -> None:
@@ -173,6 +187,25 @@ def _check_stop(finish: Mapping[str, Any], output_ids: list[int], url: str) -> N
         raise InvalidResponse(
             f"{url} stopped on token id {matched} but the last output id is {last} (ids after the "
             "stop token are a bad response)",
+            url=url,
+        )
+
+
+def _check_no_early_stop(
+    finish: Mapping[str, Any], ids: numpy.typing.NDArray[numpy.int64], stop_ids: frozenset[int], url: str
+) -> None:
+    """No id the server stops at comes before the last position (the server stops at the first)."""
+    matched = finish.get("matched")
+    stops = stop_ids | {m for m in (matched if isinstance(matched, list) else [matched]) if _is_int(m)}
+    if not stops or len(ids) < 2:
+        return
+    early = numpy.isin(ids[:-1], numpy.fromiter(stops, numpy.int64, len(stops)))
+    if early.any():
+        position = int(early.argmax())
+        raise InvalidResponse(
+            f"{url} returned stop token id {int(ids[position])} at output position {position} of "
+            f"{len(ids)}: the server stops at the first one of its EOS set unless ignore_eos is sent, so "
+            "ids after it are a bad response",
             url=url,
         )
 

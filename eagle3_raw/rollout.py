@@ -57,6 +57,13 @@ END_REASONS: Mapping[str, str] = {
 }
 """Why a rollout ends before its last turn (the first word of each ``ended`` reason)."""
 
+NO_PARSER_HINT = (
+    " (no tool-call parser, so no call is read from the text; the server reports none, so start SGLang "
+    "with --tool-call-parser NAME or set rollout.tool_call_parser)"
+)
+"""Said with ``no_tool_call`` when no parser could read a call (no colon: the summary groups ended
+reasons by the text before the first one)."""
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -157,7 +164,8 @@ class History:
         if not answered:
             return "" if not called else f"tool_calls_unanswered: the target called {_names(called)}"
         if not called:
-            return f"no_tool_call: the source calls {_names(wanted)} here"
+            hint = "" if self.parser else NO_PARSER_HINT
+            return f"no_tool_call{hint}: the source calls {_names(wanted)} here"
         if Counter(called) != Counter(wanted):
             return f"tool_calls_differ: the target called {_names(called)}, the source {_names(wanted)}"
         free = dict(enumerate(called))

@@ -26,11 +26,20 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw import sglang
 from eagle3_raw.checks import ServerChecks, sample_conversations
-from eagle3_raw.dispatch import RENDERS_IN_FLIGHT, Dispatcher
+from eagle3_raw.dispatch import RENDERS_IN_FLIGHT, Dispatcher, room_in_journal
 from eagle3_raw.endpoints import Endpoint, EndpointPool
-from eagle3_raw.errors import FatalError, Interrupted, RecipeError, ServerUnreachable, SourceError
+from eagle3_raw.errors import (
+    FatalError,
+    Interrupted,
+    JournalError,
+    JournalFull,
+    RecipeError,
+    ServerUnreachable,
+    SourceError,
+)
 from eagle3_raw.feed import JobFeed, gather_or_fail
 from eagle3_raw.identity import Target, code_digest, set_config_id
+from eagle3_raw.journal.spill import spill_root
 from eagle3_raw.plan import KeySet, Planner, Shard, planned_rows
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.redact import scrub
@@ -40,6 +49,7 @@ from eagle3_raw.template_limits import interruptible
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
+    from eagle3_raw.journal.store import Spilled
     from eagle3_raw.recipe import Recipe
     from eagle3_raw.render import Renderer
 
@@ -68,12 +78,17 @@ class RunOptions:
     """False: send nothing; the set is assembled from what the journal holds (``eagle3-raw merge``)."""
     partial: bool = False
     """With ``generate=False``: assemble even if some shard has not finished (the set is partial)."""
+    disk_wait: float = 600.0
+    """Seconds a full journal disk is waited for (no new request meanwhile) before the run stops,
+    keeping what it holds in the spill folder (:mod:`eagle3_raw.journal.spill`)."""
 
     def __post_init__(self) -> None:
         if self.progress not in ("bar", "log", "none"):
             raise RecipeError("progress", self.progress, "expected one of: bar, log, none")
         if self.log_interval <= 0:
             raise RecipeError("log_interval", self.log_interval, "expected a positive number of seconds")
+        if not 0 <= self.disk_wait <= 7 * 24 * 3600:
+            raise RecipeError("disk_wait", self.disk_wait, "expected seconds, from 0 to a week (604800)")
 
     @property
     def root(self) -> Path:
@@ -189,12 +204,16 @@ class _Build:
         self.stats = RunStats()
         self.display = ProgressDisplay(options.progress, log_interval=options.log_interval)
         self.stop = threading.Event()
+        self.spilled: Spilled | None = None
 
     def interrupted_message(self) -> str:
-        return (
-            f"interrupted: {self.stats.rows} new rows this run; every finished row is in the journal "
-            f"{self.directory}. Run the same command again to resume."
-        )
+        return f"interrupted: {self.stats.rows} new rows this run; {self.where_rows_are()}"
+
+    def where_rows_are(self) -> str:
+        """Where what this run generated is (the journal, or a spill folder too), and how to go on."""
+        if self.spilled is not None:
+            return self.spilled.message()
+        return f"every finished row is in the journal {self.directory}. Run the same command again to resume."
 
     async def main(self, urls: Sequence[str]) -> RunResult:
         from eagle3_raw.render import Renderer
@@ -203,6 +222,8 @@ class _Build:
         assert task is not None
         # a template rendering in a worker thread stops at its next step once self.stop is set
         with signals_cancel(task, on_repeat=_already_stopping), interruptible(self.stop):
+            for warning in self.recipe.sampling.warnings():
+                log.warning("%s", warning)
             try:
                 renderer = await asyncio.to_thread(Renderer, self.recipe)
                 journal = await asyncio.to_thread(self._open_journal)
@@ -214,11 +235,19 @@ class _Build:
                     await asyncio.to_thread(journal.sets.retry_failed)
                 await self._generate(journal, renderer, urls)
                 summary = await asyncio.to_thread(summarize, journal, self.recipe, self.stats)
+            except FatalError as exc:
+                self.stop.set()  # no thread keeps rendering
+                await asyncio.to_thread(journal.close)  # spills what a full disk left held
+                self.spilled = journal.spilled
+                if self.spilled is not None or isinstance(exc, JournalFull):
+                    raise JournalFull(f"{exc}; {self.where_rows_are()}") from exc
+                raise
             except BaseException:
                 self.stop.set()  # Ctrl-C, SIGTERM, an error: no thread keeps rendering
                 raise
             finally:
                 await asyncio.to_thread(journal.close)  # its last flush and fsync: off the loop too
+                self.spilled = journal.spilled  # for the interrupted message
         return RunResult(self.directory, summary, self.config_id, self.target)
 
     def _open_journal(self) -> Journal:
@@ -241,10 +270,11 @@ class _Build:
             dispatcher = Dispatcher(
                 self.recipe, s if pool else None, pool, journal, self.stats,
                 vocab_size=renderer.vocab_size, stop=self.stop, planner=planner, renderer=renderer,
+                disk_wait=self.options.disk_wait,
             )  # fmt: skip
             try:
-                await self._dispatch(planner, dispatcher, pool, hub_revision)
-                await asyncio.to_thread(journal.flush)  # every outcome on disk before the marker
+                await self._dispatch(planner, dispatcher, pool, hub_revision, journal)
+                await self._write_held(journal)  # every outcome on disk before the marker
                 await asyncio.to_thread(mark_complete, self.directory, self.options.shard, self._counts())
             finally:
                 if pool is not None:
@@ -319,9 +349,44 @@ class _Build:
             failed=KeySet(failed),
         )
 
+    async def _write_held(self, journal: Journal) -> None:
+        """Flush the journal; while its disk has no room, wait for space (up to ``disk_wait`` s of a
+        full disk, then JournalFull), saying so."""
+        while True:
+            self._watch_disk(journal)
+            if journal.full_since is not None:
+                log.warning(
+                    "every row has an outcome, but the journal's disk is full: waiting for space to write "
+                    "the %s generated rows held in memory (free space on the disk of %s)",
+                    f"{journal.held_rows:,}", self.directory,
+                )  # fmt: skip
+            await room_in_journal(journal, self.options.disk_wait)
+            try:
+                await asyncio.to_thread(journal.flush)
+            except JournalError:
+                if journal.full_since is None:
+                    raise
+                continue
+            self._watch_disk(journal)
+            return
+
+    def _watch_disk(self, journal: Journal) -> None:
+        """Follow the journal's disk: a warning when it fills up and when space comes back."""
+        change = self.stats.note_disk(journal.full_since, journal.held_rows)
+        if change == "full":
+            log.warning(
+                "the journal's disk is full (%s): %s generated rows held in memory; no new request is "
+                "sent until space comes back (free space there; after %s s of a full disk the run stops "
+                "and keeps what it holds in %s)", self.directory, f"{self.stats.held:,}",
+                f"{self.options.disk_wait:,.0f}", spill_root(),
+            )  # fmt: skip
+        elif change == "back":
+            log.warning("space is back on the journal's disk: the rows held in memory are written")
+
     async def _dispatch(
-        self, planner: Planner, dispatcher: Dispatcher, pool: EndpointPool | None, hub_revision: str | None
-    ) -> None:
+        self, planner: Planner, dispatcher: Dispatcher, pool: EndpointPool | None, hub_revision: str | None,
+        journal: Journal,
+    ) -> None:  # fmt: skip
         capacity = pool.capacity if pool is not None else 1
         feed = JobFeed(self.stop, maxsize=max(4 * _CHUNK, 2 * capacity))
         self.display.start(self.recipe.name)
@@ -331,7 +396,7 @@ class _Build:
         ):  # a rollout's slot idles while its next prompt is made: more of them
             renders += capacity
         workers = [asyncio.create_task(dispatcher.work(feed)) for _ in range(capacity + renders)]
-        ticker = asyncio.create_task(self._tick(pool))
+        ticker = asyncio.create_task(self._tick(pool, journal))
         loop = asyncio.get_running_loop()
         producer = asyncio.create_task(asyncio.to_thread(self._produce, planner, feed, loop, hub_revision))
         try:
@@ -379,9 +444,10 @@ class _Build:
         except Exception as exc:  # only the estimate depends on it; the planner reports real errors
             log.debug("cannot count the prompt source: %s", exc)
 
-    async def _tick(self, pool: EndpointPool | None) -> None:
+    async def _tick(self, pool: EndpointPool | None, journal: Journal) -> None:
         while True:
             await asyncio.sleep(0.25)
+            self._watch_disk(journal)
             self.display.update(self.stats, pool.endpoints if pool else [])
 
     def _counts(self) -> dict[str, Any]:
@@ -530,9 +596,14 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
         run_generated_tokens=stats.generated_tokens,
         run_rows=stats.rows,
         run_reused=stats.reused,
+        run_replayed=stats.replayed,
+        samples_per_prompt=recipe.sampling.samples_per_prompt,
+        ended_turns=sum(totals["failures"].get("ended", {}).values()),
         journal=str(journal.directory),
         rollouts=rollouts,
         mixture=totals.get("mixture"),
+        disk_full_seconds=stats.disk_full_seconds,
+        held_peak=stats.held_peak,
     )
 
 

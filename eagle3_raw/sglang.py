@@ -124,8 +124,10 @@ async def generate(
     sampling_params: Mapping[str, Any],
     vocab_size: int,
     timeout: float,
+    eos_ids: frozenset[int] = frozenset(),
 ) -> Generation:
-    """Send one ``/generate`` request and return its checked result.
+    """Send one ``/generate`` request and return its checked result (``eos_ids``: the model's EOS
+    ids; no answer may hold one before its last position unless ``ignore_eos`` is sent).
 
     Raises a :class:`~eagle3_raw.errors.RetryableError` (connection, timeout, 5xx/408/429, abort,
     bad or oversized response), :class:`~eagle3_raw.errors.RequestRejected` (a 4xx: this row will
@@ -138,7 +140,18 @@ async def generate(
     payload = await _post(session, f"{url}/generate", body, timeout, cap=cap, shown=where)
     limit = max_new_tokens if isinstance(max_new_tokens, int) else None
     result = _decode_object(payload, where)
-    return check_response(result, input_ids, vocab_size, public_url(url), limit, payload=payload)
+    stops = _stop_ids(sampling_params, eos_ids)
+    shown_url = public_url(url)
+    return check_response(result, input_ids, vocab_size, shown_url, limit, payload=payload, stop_ids=stops)
+
+
+def _stop_ids(sampling_params: Mapping[str, Any], eos_ids: frozenset[int]) -> frozenset[int] | None:
+    """The ids SGLang stops at for these parameters: none with ``ignore_eos`` (it disables
+    ``stop_token_ids`` too), else the EOS ids and the ``stop_token_ids`` sent."""
+    if sampling_params.get("ignore_eos"):
+        return None
+    sent = sampling_params.get("stop_token_ids") or []
+    return eos_ids | {i for i in sent if isinstance(i, int) and not isinstance(i, bool)}
 
 
 async def _post(

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import RecipeError, ServerMismatch, ServerUnreachable
 from eagle3_raw.identity import Target
+from eagle3_raw.journal.roots import check_root
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
@@ -223,8 +224,11 @@ def recorded_target(recipe: Recipe, journal_root: Path) -> Target | None:
     from eagle3_raw.journal.manifest import read_manifest
     from eagle3_raw.shards import whole_count
 
+    check_root(journal_root)  # another user's root is no record of ours
     candidates: list[tuple[tuple[bool, bool, str], dict[str, Any]]] = []
     for folder in sorted((journal_root / "sets").glob(f"{recipe.name}-*")):
+        if folder.is_symlink():  # a journal makes no links: not followed
+            continue
         try:
             manifest = read_manifest(folder)
         except Exception:  # an unreadable journal is not this lookup's business

@@ -232,6 +232,24 @@ def test_many_failure_reasons_are_cut_on_the_card() -> None:
     assert "... and 10 other reasons" in text
 
 
+def test_rollouts_are_counted_as_samples_times_conversations() -> None:
+    """Issue 21 finding 8: not "240 of 120 conversations"."""
+    rollouts = {
+        "rollouts": 240,
+        "source_rows": 120,
+        "turns": {"3": 240},
+        "ended": {},
+        "rows": {"rollout": 720},
+    }
+    sampling = {**RECIPE["sampling"], "temperature": 0.7, "samples_per_prompt": 2}
+    counts = {**MANIFEST["counts"], "rollouts": rollouts}
+    text = card.render_section(_section(recipe={"sampling": sampling}, manifest={"counts": counts}))
+    assert "| 240 = 2 samples x 120 conversations |" in text
+    counts["rollouts"] = {**rollouts, "rollouts": 239}
+    text = card.render_section(_section(recipe={"sampling": sampling}, manifest={"counts": counts}))
+    assert "| 239 of 2 samples x 120 conversations |" in text
+
+
 def test_markdown_helpers_quote_what_they_are_given() -> None:
     assert card.inline_code("plain") == "`plain`"
     assert card.inline_code("a`b") == "`` a`b ``"

@@ -227,6 +227,30 @@ async def test_a_field_of_the_wrong_type_or_count_is_a_bad_response(
         await _generate(await serve(_json(body)))
 
 
+async def test_an_early_stop_id_is_refused_unless_ignore_eos_was_sent(serve: Any) -> None:
+    """Issue 21 finding 3: a stop id (the one the server reports, the model's EOS, a stop_token_ids
+    one) before the last position is a bad answer; with ignore_eos every id may repeat."""
+    url = await serve(_json(_ok([5, 7, 6, 9, 7])))  # stopped on 7, which came at position 1 already
+    with pytest.raises(InvalidResponse, match="stop token id 7 at output position 1 of 5"):
+        await _generate(url)
+    async with sglang.new_session(connect_timeout=2, api_key=None) as session:
+
+        async def ask(url: str, **sampling: Any) -> sglang.Generation:
+            return await sglang.generate(
+                session, url, rid="r", input_ids=PROMPT, sampling_params={"max_new_tokens": 8, **sampling},
+                vocab_size=VOCAB, timeout=10, eos_ids=frozenset({9}),
+            )  # fmt: skip
+
+        assert (await ask(url, ignore_eos=True)).output_ids == [5, 7, 6, 9, 7]
+        length = await serve(_json(_ok([5, 9, 6], finish_reason={"type": "length", "length": 3})))
+        with pytest.raises(InvalidResponse, match="stop token id 9 at output position 1"):
+            await ask(length)  # the model's EOS (from its tokenizer), whatever the finish
+        stopped = await serve(_json(_ok([5, 4, 6], finish_reason={"type": "length", "length": 3})))
+        with pytest.raises(InvalidResponse, match="stop token id 4 at output position 1"):
+            await ask(stopped, stop_token_ids=[4])
+        assert (await ask(stopped)).output_ids == [5, 4, 6]
+
+
 async def test_a_stop_on_a_string_or_the_last_id_is_accepted(serve: Any) -> None:
     for finish in ({"type": "stop", "matched": "</s>"}, {"type": "stop", "matched": [3, 7]},
                    {"type": "length", "length": 8}, {"type": "stop", "matched": None}):  # fmt: skip
@@ -358,6 +382,21 @@ def _past_stop(answer: dict[str, Any]) -> None:
     _set_ids(lambda _: [*ids, 5, 6])(answer)
 
 
+REFERENCE_EOS = 6139  # <|im_end|>, the reference model's EOS (its tokenizer's and generation_config's)
+
+
+def _eos_inside(finish: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """``[a, b, c, EOS, a, a, EOS]`` (issue 21 finding 3): an EOS in the middle of an answer
+    generated without ignore_eos; a real SGLang stops at the first one."""
+
+    def poison(answer: dict[str, Any]) -> None:
+        a, b, c = answer["output_ids"][:3]
+        answer["meta_info"]["finish_reason"] = finish
+        _set_ids(lambda _: [a, b, c, REFERENCE_EOS, a, a, REFERENCE_EOS])(answer)
+
+    return poison
+
+
 def _meta(**changes: Any) -> Callable[[dict[str, Any]], None]:
     def poison(answer: dict[str, Any]) -> None:
         answer["meta_info"].update(changes)
@@ -374,6 +413,14 @@ POISONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "an id past the vocabulary": (_set_ids(lambda ids: [10**6, *ids[1:]]), "outside the vocabulary"),
     "ids after the stop id": (_past_stop, "ids after the stop token are a bad response"),
     "more ids than max_new_tokens": (_set_ids(lambda ids: ids * 100), "output ids for max_new_tokens=64"),
+    "an EOS before the stop on it": (
+        _eos_inside({"type": "stop", "matched": REFERENCE_EOS}),
+        "stop token id 6139 at output position 3 of 7",
+    ),
+    "the model's EOS before a length end": (
+        _eos_inside({"type": "length", "length": 7}),
+        "stop token id 6139 at output position 3",
+    ),
     "an abort": (_meta(finish_reason={"type": "abort", "message": "Abort in waiting queue"}), "aborted"),
     "a completion_tokens mismatch": (_meta(completion_tokens=10**4), "completion_tokens=10000 but"),
 }

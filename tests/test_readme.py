@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,3 +38,29 @@ def test_demo_recipe_and_cli_commands_in_the_readme_exist() -> None:
     commands = set(re.findall(r"`eagle3-raw ([a-z][a-z-]+)", (ROOT / "README.md").read_text()))
     known = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     assert commands <= known, commands - known
+
+
+def test_the_readmes_demo_numbers_are_what_the_demo_set_gives(tmp_path: Path) -> None:
+    """Issue 21 finding 8: the Quick start's counts and the export example under "Training a draft
+    model" are what the demo set gives now (built with the reference server, as the README says)."""
+    text = (ROOT / "README.md").read_text()
+    quick = re.search(r"build the demo set \((\d+) conversations, ([\d,]+) rows\)", text)
+    example = re.search(r"```\n\$ (eagle3-raw export demo .+?)\n\.\.\.\n(.+?)\n```", text, re.S)
+    assert quick is not None and example is not None
+    environment = {
+        **os.environ,
+        "EAGLE3_RAW_JOURNAL_DIR": str(tmp_path / "j"),
+        "HF_DATASETS_CACHE": str(tmp_path / "c"),
+    }
+    command = example[1].removeprefix("eagle3-raw ").split()
+    done = subprocess.run(
+        [sys.executable, "-m", "eagle3_raw.cli", *command], cwd=tmp_path, env=environment,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for line in example[2].splitlines():
+        assert line in done.stdout.splitlines(), (line, done.stdout)
+    rows = re.search(r"recipe demo as specforge: \d+ of ([\d,]+) rows", done.stdout)
+    assert rows is not None and rows[1] == quick[2]
+    prompts = (ROOT / "builder_scripts" / "prompts").glob("*.jsonl")
+    assert sum(1 for path in prompts for line in path.open() if line.strip()) == int(quick[1])

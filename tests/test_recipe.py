@@ -323,3 +323,40 @@ def test_a_missing_tokenizer_folder_is_not_called_a_bad_hub_id(recipe_dir: Path,
     assert refused.value.field == "model.tokenizer"
     assert "no tokenizer folder:" in str(refused.value) and "does not exist" in str(refused.value)
     assert "Repo id" not in str(refused.value)
+
+
+GREEDY = {"weight": 1, "temperature": 0}
+SAMPLED = {"weight": 3, "temperature": 0.8}
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"temperature": 0, "samples_per_prompt": 3},
+        {"temperature": 1e-7, "samples_per_prompt": 2},  # SGLang makes it greedy too
+        {"top_k": 1, "samples_per_prompt": 2},
+        {"temperature": 0.7, "samples_per_prompt": 2, "mixture": [GREEDY, {**GREEDY, "top_p": 0.5}]},
+    ],
+    ids=["temperature-0", "below-1e-6", "top_k-1", "every-component-greedy"],
+)
+def test_greedy_sampling_with_several_samples_is_refused_naming_the_fix(
+    recipe_dir: Path, sampling: dict[str, Any]
+) -> None:
+    """Issue 21 finding 3: greedy samples of one prompt are one answer written several times."""
+    with pytest.raises(RecipeError) as refused:
+        _load(recipe_dir, sampling={"max_new_tokens": 64, **sampling})
+    message = str(refused.value)
+    assert refused.value.field == "sampling.samples_per_prompt"
+    assert "same answer" in message and "samples_per_prompt: 1" in message and "temperature: 0.7" in message
+
+
+def test_one_greedy_sample_is_fine_and_a_greedy_mixture_component_is_warned_about(recipe_dir: Path) -> None:
+    assert not _load(recipe_dir, sampling={"max_new_tokens": 64, "temperature": 0}).sampling.warnings()
+    mixed = {"max_new_tokens": 64, "samples_per_prompt": 2, "mixture": [SAMPLED, GREEDY]}
+    [warning] = _load(recipe_dir, sampling=mixed).sampling.warnings()
+    assert warning.startswith("sampling.mixture[1] samples greedily") and "temperature > 0" in warning
+    assert "samples_per_prompt: 1" in warning
+    one = {**mixed, "samples_per_prompt": 1}
+    assert not _load(recipe_dir, sampling=one).sampling.warnings()
+    warmed = {**mixed, "temperature": 0, "mixture": [SAMPLED, {"weight": 1, "temperature": 0.5}]}
+    assert not _load(recipe_dir, sampling=warmed).sampling.warnings()  # every component sets its own

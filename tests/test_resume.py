@@ -7,6 +7,7 @@ ledgers say what was really asked and answered.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import resource
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -473,3 +474,168 @@ def test_an_endpoint_that_comes_back_as_another_model_stays_out(
         assert impostors, "the impostor never came up"
     assert result.summary.rows == 200 and not result.summary.failed
     assert "stays out" in caplog.text and "impostor" in caplog.text
+
+
+# --- a full journal disk (issue 21 finding 2) -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def _tiny_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` at ``folder``: a disk that really fills up (ENOSPC). Root only (mount);
+    RLIMIT_FSIZE, the non-root way, gives EFBIG, a write error that is not a full disk."""
+    if os.geteuid() != 0:
+        pytest.skip("a disk that really fills up needs a tmpfs mount: root only")
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as f:
+        while True:
+            f.write(b"\0" * 4096)
+    return filler
+
+
+class _Stderr(threading.Thread):
+    """The lines a process writes to stderr, read as they come."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        super().__init__(daemon=True)
+        self.process = process
+        self.lines: list[str] = []
+        self.start()
+
+    def run(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def finish(self, timeout: float = 120) -> str:
+        """Wait for the process to exit (and its stderr to be read); its stdout."""
+        assert self.process.stdout is not None
+        out = self.process.stdout.read()
+        self.process.wait(timeout=timeout)
+        self.join(timeout=timeout)
+        return out
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def _disk_build(recipe: Path, work: Path, *extra: str) -> tuple[subprocess.Popen[str], _Stderr]:
+    command = [
+        sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet", "--log-interval", "0.5",
+        "--journal-dir", str(work / "disk" / "j"), "--cache-dir", str(work / "cache"), *extra,
+    ]  # fmt: skip
+    environment = {**os.environ, "EAGLE3_RAW_SPILL_DIR": str(work / "spill")}
+    build = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+    )
+    return build, _Stderr(build)
+
+
+# rows of ~5 KB, above a page: a full disk's slack (the unfilled end of a file's last block) takes
+# at most one at a time, so the disk stays full once the test fills it
+_BIG_ROWS = {"max_new_tokens": 1200, "ignore_eos": True}
+_BIG_AND_SLOW = ("--slots", "2", "--ms-per-token", "0.2")
+
+
+def _asked_once(ledger: Path, rows: int) -> None:
+    """Every row was generated exactly once over every run: nothing held was lost and regenerated."""
+    asked = [rid_row_id(g["rid"]) for g in generations(ledger)]
+    assert len(asked) == len(set(asked)) == rows, (len(asked), len(set(asked)))
+
+
+def test_a_full_journal_disk_is_shown_and_its_rows_are_written_when_space_comes_back(tmp_path: Path) -> None:
+    write_prompts(tmp_path, 80)
+    with reference_server(tmp_path, *_BIG_AND_SLOW) as (server, ledger), _tiny_disk(
+        tmp_path / "disk", "2m"
+    ) as disk:  # fmt: skip
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling=_BIG_ROWS)
+        build, stderr = _disk_build(recipe, tmp_path)
+        wait_until(lambda: len(generations(ledger)) >= 10, timeout=60)
+        filler = _fill(disk)
+        wait_until(lambda: stderr.has("JOURNAL DISK FULL"), timeout=60)  # the progress line says it
+        assert stderr.has("the journal's disk is full") and stderr.has("no new request is sent")
+        asked = len(generations(ledger))
+        wait_until(lambda: stderr.text.count("JOURNAL DISK FULL") >= 3, timeout=60)
+        assert len(generations(ledger)) - asked <= 12  # paused: at most those in flight finished
+        filler.unlink()  # space comes back
+        out = stderr.finish()
+        assert build.returncode == 0, stderr.text[-3000:]
+        assert stderr.has("space is back on the journal's disk")
+        assert re.search(r"journal disk +full for \d+ s this run: up to \d+ generated rows held", out), out
+        assert "rows              80" in out
+        _asked_once(ledger, 80)
+
+
+def test_a_journal_disk_full_for_too_long_stops_spills_and_the_rerun_takes_the_rows_back(
+    tmp_path: Path,
+) -> None:
+    write_prompts(tmp_path, 80)
+    with reference_server(tmp_path, *_BIG_AND_SLOW) as (server, ledger), _tiny_disk(
+        tmp_path / "disk", "2m"
+    ) as disk:  # fmt: skip
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling=_BIG_ROWS)
+        build, stderr = _disk_build(recipe, tmp_path, "--disk-wait", "2")
+        wait_until(lambda: len(generations(ledger)) >= 10, timeout=60)
+        filler = _fill(disk)
+        stderr.finish()
+        assert build.returncode == 1, stderr.text[-3000:]
+        error = next(line for line in stderr.lines if line.startswith("error:"))
+        assert "the journal's disk has had no space for 2 s (--disk-wait): stopping" in error
+        held = int(
+            re.search(r"(\d+) generated rows held in memory were written to the spill folder", error)[1]
+        )  # type: ignore[index]
+        assert held > 0
+        assert str(tmp_path / "spill") in error and "run the same command again" in error
+        assert list((tmp_path / "spill").rglob("gen-*.bin"))
+        with Journal.read_dir(journal_dir_for(load_recipe(recipe), tmp_path / "disk" / "j")) as journal:
+            journaled = {row.id for row in journal.iter_rows()}
+        asked = {rid_row_id(g["rid"]) for g in generations(ledger)}
+        assert len(asked - journaled) == held  # what the disk had no room for, and no more
+
+        filler.unlink()
+        rerun, stderr = _disk_build(recipe, tmp_path)
+        out = stderr.finish()
+        assert rerun.returncode == 0, stderr.text[-3000:]
+        assert stderr.has("took back") and "rows              80" in out, stderr.text + out
+        assert not list((tmp_path / "spill").rglob("*.bin"))  # taken back, then removed
+        _asked_once(ledger, 80)  # the held rows were not generated again
+
+
+def test_a_resumed_build_counts_the_rows_its_journal_held_and_the_bar_ends_at_100(tmp_path: Path) -> None:
+    """Issue 21 finding 8: after a resume, rows = journaled + new + reused, and the bar's total is
+    the summary's."""
+    write_prompts(tmp_path, 40)
+    with reference_server(tmp_path, "--slots", "2", "--ms-per-token", "2") as (server, ledger):
+        recipe = write_recipe(tmp_path, endpoints=[server.url], sampling={"max_new_tokens": 64})
+        _interrupted_build(recipe, tmp_path, ledger, signals=1)
+        held = len(_journaled_ids(recipe, tmp_path))
+        resumed = subprocess.run(
+            _build_command(recipe, tmp_path), capture_output=True, text=True, timeout=120
+        )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout
+
+    def count(name: str) -> int:
+        found = re.search(rf"^{name} +([\d,]+)", out, re.M)
+        assert found is not None, (name, out)
+        return int(found[1].replace(",", ""))
+
+    assert 0 < held < 40 and count("journaled rows") == held
+    assert count("rows") == 40 == count("journaled rows") + count("new rows") + count("reused rows")
+    last = [line for line in resumed.stderr.splitlines() if " rows (" in line][-1]
+    assert "40/40 rows (100.0%)" in last, last

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -578,3 +579,34 @@ def test_a_rollout_reuses_the_first_turns_of_a_turns_all_set_and_goes_on_from_th
     first_prompts = {tuple(r["input_ids"][: r["prompt_len"]]) for r in built if r["turn"] == 2}
     assert first_prompts and not first_prompts & set(again), "the first turns were generated again"
     assert len(built) > len(first_prompts), "the rollouts went on past the reused turns"
+
+
+def test_rollout_counts_add_up_and_a_missing_tool_call_parser_is_named(tmp_path: Path) -> None:
+    """Issue 21 finding 8: the bar ends at 100% on the summary's counts (turns never made because
+    their rollout ended early leave the total), rollouts are counted as samples x conversations,
+    and a rollout that ends on no_tool_call because the server has no tool-call parser says so."""
+    paris = {"name": "get_weather", "arguments": {"city": "Paris"}}
+    rows = [_weather(f"w{i}", f"What is the weather in town {i}?", paris) for i in range(6)] + _chats(4)
+    with reference_server(tmp_path) as (server, _):  # started without --tool-call-parser
+        recipe = _recipe(
+            tmp_path, server.url, rows, sampling={"samples_per_prompt": 2}, rollout={"merge": "never"}
+        )
+        command = [
+            sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet",
+            "--journal-dir", str(tmp_path / "j"), "--cache-dir", str(tmp_path / "c"),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    last = [line for line in done.stderr.splitlines() if " rows (" in line][-1]
+    finished, total, percent = re.search(r"([\d,]+)/([\d,]+) rows \(([\d.]+)%\)", last).groups()  # type: ignore[union-attr]
+    counts = {name: int(re.search(rf"^{name} +([\d,]+)", out, re.M)[1].replace(",", "")) for name in
+              ("rows", "skipped", "failed")}  # type: ignore[index]  # fmt: skip
+    assert finished == total and percent == "100.0", last
+    assert int(finished) == counts["rows"] + counts["skipped"] + counts["failed"], (last, out)
+    ended = re.search(r"^ended early +(\d+) rollouts, (\d+) turns not made", out, re.M)
+    assert ended is not None and f"{ended[2]} turns not made (rollouts ended early)" in last, (last, out)
+    assert int(ended[1]) >= 12 and int(ended[2]) >= 24  # each weather rollout, its turns 3 and 5
+    assert re.search(r"^rollouts +20 \(2 samples x 10 conversations\)", out, re.M), out
+    assert re.search(r"12 x no_tool_call \(no tool-call parser", out), out
+    assert "start SGLang with --tool-call-parser NAME or set rollout.tool_call_parser" in out

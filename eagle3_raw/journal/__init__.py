@@ -17,7 +17,8 @@ points, locks), :mod:`.records` (the framed records and their payloads), :mod:`.
 data and index files: commit order, recovery, full disks), :mod:`.generations` (the store by
 request digest and its memo by input key), :mod:`.sets` (a set's outcomes), :mod:`.manifest` (a
 set's manifest), :mod:`.store` (:class:`Journal`, both joined, and reading a set back) and
-:mod:`.roots` (listing and pruning journals). Import from here.
+:mod:`.roots` (listing and pruning journals), :mod:`.spill` (what a full disk had no room for,
+kept elsewhere until a rerun takes it back). Import from here.
 
 **Identity.** Rows are matched by what was sent, never by position (:mod:`eagle3_raw.identity`):
 a row's outcome names the digest of its request; a generation is kept once per model however many

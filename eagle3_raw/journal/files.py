@@ -74,6 +74,20 @@ def make_private_dir(directory: Path, root: Path) -> None:
             break
 
 
+def check_journal_dirs(directory: Path, root: Path) -> None:
+    """For a reader (or a command that removes): what :func:`make_private_dir` checks, creating
+    nothing. Every folder from ``directory`` up to the journal ``root`` (inclusive) that exists must
+    be a real folder (the root may be a link) of this user that only it may write; JournalError
+    otherwise. A journal root that another user owns or may write is not read: its files, its links
+    and its rows would be someone else's."""
+    if directory != root and root not in directory.parents:
+        raise ValueError(f"{directory} is not inside the journal root {root}")
+    levels = [directory, *directory.parents]
+    for level in reversed(levels[: levels.index(root) + 1]):  # the root first: the message names it
+        if os.path.lexists(level):
+            check_private_dir(level, follow=level == root)
+
+
 def check_private_dir(directory: Path, *, follow: bool = False) -> None:
     """JournalError unless ``directory`` is a folder (not a link, unless ``follow``: then the folder
     it leads to) of this user that only it may write."""

@@ -154,6 +154,10 @@ class GenerationStore:
         assert self._writer is not None, "open_writer() first"
         return self._writer
 
+    @property
+    def writer_or_none(self) -> LogWriter | None:
+        return self._writer
+
     def put(
         self, digest: bytes, input_key: bytes, prompt_ids: Sequence[int], output_ids: Sequence[int],
         info: Mapping[str, Any],

@@ -19,7 +19,9 @@ are corruption, not a torn write: JournalError, nothing cut.
 
 **Full disks.** A write that fails for lack of space (ENOSPC, EDQUOT) is undone and kept: the
 records stay pending and the next flush tries again, so nothing generated is lost while space
-comes back. Other write errors stop the log (JournalError on the next call).
+comes back (:attr:`LogWriter.full_since` says since when; :meth:`LogWriter.held` how many). What
+is still pending when the writer closes can be taken out first (:meth:`LogWriter.take_pending`)
+and kept elsewhere (:mod:`.spill`). Other write errors stop the log (JournalError on the next call).
 """
 
 from __future__ import annotations
@@ -230,6 +232,7 @@ class LogWriter:
 
     def __init__(self, directory: Path, prefix: str, kind: LogKind, *, flush_interval: float = 1.0) -> None:
         self.kind = kind
+        self.prefix = prefix
         self.path, self._lock_fd = _claim(directory, prefix)
         self.index_path = self.path.with_suffix(".idx")
         self._fds: dict[str, int] = {"lock": self._lock_fd}
@@ -325,6 +328,19 @@ class LogWriter:
     def pending_bytes(self) -> int:
         return self._pending_bytes
 
+    def held(self, kind: int) -> int:
+        """How many records of type ``kind`` are appended and not written yet."""
+        with self._state:
+            return sum(1 for pending in self._pending if pending[3] == kind)
+
+    def take_pending(self) -> list[tuple[bytes, bytes, bytes, int]]:
+        """Remove and return the records not written yet (record, key1, key2, type), in order; the
+        caller keeps them elsewhere (a spill log) or appends them back."""
+        with self._io, self._state:
+            pending, self._pending = self._pending, []
+            self._pending_bytes -= sum(len(p[0]) for p in pending)
+        return pending
+
     def flush(self) -> None:
         """Write and fsync everything appended so far. JournalError if that fails (a full disk too:
         the records stay pending and a later flush tries again)."""
@@ -416,8 +432,12 @@ class LogWriter:
             with self._io:
                 self._raise_error()
                 self._write_pending()
-                if self.full_since is not None:
-                    raise JournalError(f"cannot write {self.path}: no space left on the journal's disk")
+                if self.full_since is not None and self._pending:  # unindexed records: recovery indexes them
+                    held = len(self._pending)
+                    raise JournalError(
+                        f"cannot write {self.path}: no space left on the journal's disk; {held} records "
+                        "held in memory are lost (a rerun generates them again)"
+                    )
         finally:
             self._release()
 

@@ -2,10 +2,16 @@
 
 A set needs its outcomes and the generations they name; generations are shared, so removing a set
 removes its folder, and then :func:`collect_garbage` drops the generation logs (or rewrites them)
-that no remaining set names. A set is *kept* by :func:`prune` when it is in the ``datasets`` cache
-(its Arrow files could be rebuilt from it), was pushed to the Hub (recorded in its manifest), or
-is being written. Everything here holds ``<root>/gc.lock`` exclusively; every writer of the root
-holds it shared, so nothing is collected under a running build.
+that no remaining set names. A set is *kept* by :func:`prune` when it is in a ``datasets`` cache (the one
+given, or any cache its manifest records a build into: its Arrow files could be rebuilt from it),
+was pushed to the Hub (recorded in its manifest), is being written, or is *resumable* (a build that
+did not finish left outcomes a rerun goes on from), unless asked to remove resumable sets too;
+:func:`remove_sets` refuses the same sets unless forced. Everything here holds ``<root>/gc.lock``
+exclusively; every writer of the root holds it shared, so nothing is collected under a running build.
+
+A root another user owns or may write is refused before anything is read or removed, and so is a
+symbolic link inside it (a journal makes none): removing through a planted link would delete
+files elsewhere, the user's own generations among them.
 """
 
 from __future__ import annotations
@@ -20,9 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
-from eagle3_raw.journal.files import FILE_MODE, describe, guard, replace_durably, try_lock
+from eagle3_raw.journal.files import (
+    FILE_MODE,
+    check_journal_dirs,
+    describe,
+    guard,
+    replace_durably,
+    try_lock,
+)
 from eagle3_raw.journal.log import ENTRY, entry_columns, log_files
-from eagle3_raw.journal.manifest import read_manifest
+from eagle3_raw.journal.manifest import read_manifest, update_manifest
 from eagle3_raw.journal.records import ROW
 
 if TYPE_CHECKING:
@@ -50,11 +63,31 @@ class SetInfo:
     pushed: tuple[str, ...]
     writing: bool
     """A process holds one of its shard locks now."""
-    cached: bool = False
+    caches: tuple[str, ...] = ()
+    """The ``datasets`` cache folders that hold the set built (complete, not ``.incomplete``)."""
+    skipped: int = 0
+    """Rows skipped (malformed, too long, refused by the chat path, ended rollouts)."""
+
+    @property
+    def cached(self) -> bool:
+        return bool(self.caches)
+
+    @property
+    def resumable(self) -> bool:
+        """Not whole, with outcomes a rerun of its recipe goes on from (an interrupted build's set)."""
+        return not self.whole and self.rows + self.failed + self.skipped > 0
 
     @property
     def needed(self) -> bool:
         return self.cached or bool(self.pushed) or self.writing
+
+    def kept_because(self, *, resumable: bool = False) -> str:
+        """Why :func:`prune` keeps this set (``resumable``: resumable sets may go), or ``""``."""
+        reasons = ["being written"] if self.writing else []
+        if self.resumable and not resumable:
+            reasons.append(f"a rerun resumes it: {self.rows:,} rows; --resumable removes it")
+        reasons += [f"cached in {c}" for c in self.caches] + [f"pushed to {p}" for p in self.pushed]
+        return ", ".join(reasons)
 
 
 @dataclass
@@ -86,6 +119,9 @@ def open_shared_use(root: Path) -> int:
 
 @contextlib.contextmanager
 def exclusive_use(root: Path) -> Iterator[None]:
+    """Held while sets or generations are removed; JournalError when a writer holds the root, or
+    for a root another user owns or may write (checked before the lock file is made in it)."""
+    check_root(root)
     fd = _open_gc_lock(root)
     try:
         try:
@@ -105,11 +141,43 @@ def _open_gc_lock(root: Path) -> int:
 
 
 def list_sets(root: Path, *, cache_dir: Path | None = None) -> list[SetInfo]:
-    """Every set of ``root`` with what it holds, in name order (``cached``: its Arrow files are in
-    the ``datasets`` cache ``cache_dir``)."""
-    sets = root / "sets"
-    folders = sorted(p for p in sets.iterdir() if p.is_dir() and not p.is_symlink()) if sets.is_dir() else []
-    return [info for folder in folders if (info := set_info(folder, cache_dir)) is not None]
+    """Every set of ``root`` with what it holds, in name order (``caches``: the ``datasets`` cache
+    ``cache_dir``, or the default one, and those its manifest records, that hold it built).
+    JournalError for a root another user owns or may write, or with a link inside."""
+    check_root(root)
+    return [info for folder in subfolders(root / "sets") if (info := set_info(folder, cache_dir)) is not None]
+
+
+def check_root(root: Path) -> None:
+    """JournalError unless ``root`` and its ``sets`` and ``generations`` folders (those that exist)
+    are this user's and only it may write them (see :func:`~.files.check_journal_dirs`)."""
+    for folder in (root / "sets", root / "generations"):
+        check_journal_dirs(folder, root)
+
+
+def subfolders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (checked by the caller), in name order; JournalError for a link
+    among them: a journal makes none, so someone else did, and nothing is read or removed through it."""
+    if not folder.is_dir():
+        return []
+    with guard("list", folder):
+        children = sorted(folder.iterdir())
+    for child in children:
+        if child.is_symlink():
+            raise JournalError(
+                f"{child} is a symbolic link, which a journal never makes nor follows: refusing to go on "
+                "(nothing was removed); remove the link, or move what it leads to into the journal"
+            )
+    return [child for child in children if child.is_dir()]
+
+
+def record_cache(directory: Path, cache: str) -> None:
+    """Note in the set's manifest that the ``datasets`` cache folder ``cache`` holds it built, so
+    :func:`prune` keeps it whatever ``--cache-dir`` it is given (nothing when already noted)."""
+    manifest = read_manifest(directory)
+    if manifest is None or cache in (manifest.get("caches") or []):
+        return
+    update_manifest(directory, lambda m: m.update(caches=sorted({*(m.get("caches") or []), cache})))
 
 
 def set_info(folder: Path, cache_dir: Path | None = None) -> SetInfo | None:
@@ -134,6 +202,7 @@ def set_info(folder: Path, cache_dir: Path | None = None) -> SetInfo | None:
         target=Target.from_dict(manifest["target"]).describe(),
         rows=stats["rows"],
         failed=sum(stats["failures"]["failed"].values()),
+        skipped=sum(sum(c.values()) for k, c in stats["failures"].items() if k != "failed"),
         prompt_tokens=stats["prompt_tokens"],
         generated_tokens=stats["generated_tokens"],
         bytes=own + referenced,
@@ -141,7 +210,7 @@ def set_info(folder: Path, cache_dir: Path | None = None) -> SetInfo | None:
         updated=str(manifest.get("updated", "")),
         pushed=tuple(str(p) for p in manifest.get("pushed") or []),
         writing=_being_written(folder),
-        cached=_cached(folder.name, cache_dir),
+        caches=_caches(folder.name, manifest, cache_dir),
     )  # fmt: skip
 
 
@@ -167,44 +236,71 @@ def _being_written(folder: Path) -> bool:
     return False
 
 
-def _cached(config_id: str, cache_dir: Path | None) -> bool:
+def _caches(config_id: str, manifest: dict[str, Any], cache_dir: Path | None) -> tuple[str, ...]:
+    """The cache folders holding the set built: the recorded ones that still do, and ``cache_dir``'s
+    (default: ``datasets``' own) when it does. A folder a failed build left (its lock files, an
+    ``.incomplete`` folder) holds nothing."""
     if cache_dir is None:
         from datasets import config
 
         cache_dir = Path(config.HF_DATASETS_CACHE)
-    return (cache_dir / "eagle3_raw" / config_id).is_dir()
+    here = [str(p.parent) for p in (cache_dir / "eagle3_raw" / config_id).glob("*/*/dataset_info.json")]
+    recorded = [c for c in manifest.get("caches") or [] if isinstance(c, str)]
+    return tuple(sorted({c for c in [*here, *recorded] if _holds_set(Path(c))}))
 
 
-def remove_sets(root: Path, config_ids: Sequence[str], *, force: bool = False) -> list[SetInfo]:
-    """Remove these sets' folders (refusing one being written, or one that was pushed unless
-    ``force``), then collect what no set needs. Returns what was removed."""
+def _holds_set(folder: Path) -> bool:
+    return not folder.name.endswith(".incomplete") and (folder / "dataset_info.json").is_file()
+
+
+def remove_sets(
+    root: Path, config_ids: Sequence[str], *, force: bool = False, dry_run: bool = False,
+    cache_dir: Path | None = None,
+) -> list[SetInfo]:  # fmt: skip
+    """Remove these sets' folders, then collect what no set needs; returns what was removed (with
+    ``dry_run``: what would be, removing nothing). Refuses (JournalError, nothing removed) a set
+    being written, and unless ``force`` one that was pushed, is cached or that a rerun resumes."""
     with exclusive_use(root):
-        infos = {info.config_id: info for info in list_sets(root)}
-        for config_id in config_ids:
-            info = infos.get(config_id)
-            if info is None:
-                raise JournalError(f"the journal {root} has no set {config_id!r} (eagle3-raw journals list)")
-            if info.writing:
-                raise JournalError(f"set {config_id} is being written now; stop that build first")
-            if info.pushed and not force:
-                raise JournalError(
-                    f"set {config_id} was pushed ({', '.join(info.pushed)}); rebuilding or re-pushing it "
-                    "needs its journal: pass --force to remove it anyway"
-                )
-        for config_id in config_ids:
-            _remove_folder(root / "sets" / config_id)
-        collect_garbage(root, _locked=True)
-    return [infos[c] for c in config_ids]
+        infos = {info.config_id: info for info in list_sets(root, cache_dir=cache_dir)}
+        problems = [_refusal(root, c, infos.get(c), force) for c in dict.fromkeys(config_ids)]
+        if any(problems):
+            raise JournalError("; ".join(p for p in problems if p) + "; nothing was removed")
+        removed = [infos[c] for c in dict.fromkeys(config_ids)]
+        if not dry_run:
+            for info in removed:
+                _remove_folder(root / "sets" / info.config_id)
+            collect_garbage(root, _locked=True)
+    return removed
+
+
+def _refusal(root: Path, config_id: str, info: SetInfo | None, force: bool) -> str:
+    """Why ``config_id`` may not be removed (``""``: it may)."""
+    if info is None:
+        return f"the journal {root} has no set {config_id!r} (eagle3-raw journals list)"
+    if info.writing:
+        return f"set {config_id} is being written now; stop that build first"
+    if force:
+        return ""
+    needs = []
+    if info.pushed:
+        needs.append(f"was pushed ({', '.join(info.pushed)}): rebuilding or re-pushing it needs its journal")
+    if info.cached:
+        needs.append(f"is cached in {', '.join(info.caches)}")
+    if info.resumable:
+        needs.append(f"is resumable ({info.rows:,} rows of a build that did not finish: a rerun goes on)")
+    return f"set {config_id} {' and '.join(needs)}: pass --force to remove it anyway" if needs else ""
 
 
 def prune(root: Path, *, cache_dir: Path | None = None, keep: Callable[[SetInfo], bool] | None = None,
-          dry_run: bool = False) -> PruneReport:  # fmt: skip
-    """Remove every set no cached or published set needs (and none being written, nor one
-    ``keep`` keeps), then the generations no remaining set names."""
+          dry_run: bool = False, resumable: bool = False) -> PruneReport:  # fmt: skip
+    """Remove every set no cached or published set needs (and none being written, none a rerun
+    would resume unless ``resumable``, nor one ``keep`` keeps), then the generations no remaining
+    set names. With ``dry_run``, the report says what would go and nothing is removed."""
     report = PruneReport()
     with exclusive_use(root):
         for info in list_sets(root, cache_dir=cache_dir):
-            (report.kept if info.needed or (keep is not None and keep(info)) else report.removed).append(info)
+            kept = info.kept_because(resumable=resumable) or (keep is not None and keep(info))
+            (report.kept if kept else report.removed).append(info)
         if dry_run:
             return report
         for info in report.removed:
@@ -226,9 +322,11 @@ def collect_garbage(root: Path, *, _locked: bool = False) -> int:
     if not _locked:
         with exclusive_use(root):
             return collect_garbage(root, _locked=True)
+    check_root(root)
     needed = _needed_digests(root)
     freed = 0
-    for folder in sorted((root / "generations").glob("*")) if (root / "generations").is_dir() else []:
+    for folder in subfolders(root / "generations"):
+        check_journal_dirs(folder, root)
         for path in log_files(folder, "gen"):
             freed += _collect_log(path, needed)
     return freed
@@ -240,7 +338,7 @@ def _needed_digests(root: Path) -> npt.NDArray[Any]:
     from eagle3_raw.journal.sets import SetJournal
 
     parts = []
-    for folder in sorted((root / "sets").glob("*")) if (root / "sets").is_dir() else []:
+    for folder in subfolders(root / "sets"):
         if (folder / "manifest.json").exists():
             entries = SetJournal.read(folder).entries()
             parts.append(entries.digest[entries.kind == ROW])
@@ -297,8 +395,11 @@ def _compact(path: Path, columns: dict[str, Any], keep: npt.NDArray[np.bool_]) -
 def sets_of(root: Path, name: str, fingerprint: str) -> list[tuple[Path, dict[str, Any]]]:
     """The set folders of ``root`` of the recipe ``name`` with ``fingerprint`` (one per target it
     was built for), with their manifests, in folder order; unreadable ones are left out."""
+    check_root(root)
     found = []
     for folder in sorted((root / "sets").glob(f"{name}-*")):
+        if folder.is_symlink():  # a journal makes no links: not followed
+            continue
         try:
             manifest = read_manifest(folder)
         except JournalError:

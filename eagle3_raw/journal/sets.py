@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
-from eagle3_raw.journal.files import lock_holder, make_private_dir, try_lock
+from eagle3_raw.journal.files import check_journal_dirs, lock_holder, make_private_dir, try_lock
 from eagle3_raw.journal.log import LogKind, LogWriter, RecordReader, entry_columns, log_files
 from eagle3_raw.journal.manifest import open_manifest, read_manifest, update_manifest
 from eagle3_raw.journal.records import (
@@ -126,7 +126,9 @@ class SetJournal:
 
     @classmethod
     def read(cls, directory: Path) -> SetJournal:
-        """Open ``directory`` to read every shard, without locks and without writing anything."""
+        """Open ``directory`` to read every shard, without locks and without writing anything.
+        Refuses (JournalError) a folder, or a journal root, that another user owns or may write."""
+        check_journal_dirs(directory, directory.parent.parent)
         manifest = read_manifest(directory)
         if manifest is None:
             raise JournalError(f"no set journal at {directory}: manifest.json is missing")
@@ -136,6 +138,10 @@ class SetJournal:
     def writer(self) -> LogWriter:
         if self._writer is None:
             raise ValueError(f"the set journal {self.directory} was opened with read(): read-only")
+        return self._writer
+
+    @property
+    def writer_or_none(self) -> LogWriter | None:
         return self._writer
 
     # --- writing ---------------------------------------------------------------------------------

@@ -8,16 +8,22 @@ key order as Arrow tables, without any server. See :mod:`eagle3_raw.journal` for
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.assembly import Pair, merged_groups, mixture_counts, rollout_stats, to_row, to_table
+from eagle3_raw.journal.files import check_journal_dirs
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
-from eagle3_raw.journal.records import GEN_FIXED, HEAD, ROW, Outcome
+from eagle3_raw.journal.log import LogWriter
+from eagle3_raw.journal.records import GEN_FIXED, GENERATION, HEAD, ROW, Outcome
 from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions, union_keys
+from eagle3_raw.journal.spill import spill, spill_dir, spill_root, take_back
 from eagle3_raw.rows import Row, RowKey, arrow_schema
 
 if TYPE_CHECKING:
@@ -26,6 +32,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from eagle3_raw.identity import Target
+
+log = logging.getLogger("eagle3_raw")
 
 _MAX_BATCH_IDS = 8 << 20  # ids per Arrow batch: bounds batch memory and keeps int32 offsets valid
 
@@ -43,6 +51,32 @@ def set_dir(root: Path, config_id: str) -> Path:
     return root / "sets" / config_id
 
 
+@dataclass(frozen=True)
+class Spilled:
+    """What a journal held when it closed on a full disk, and where it went."""
+
+    rows: int
+    """Generations held (rows that would have to be generated again if lost)."""
+    records: int
+    """Records written to the spill folder (generations, outcomes, aliases); 0 when that failed."""
+    folder: Path
+    error: str = ""
+    """Why the spill failed too (then the rows are lost), else empty."""
+
+    def message(self) -> str:
+        """One sentence for the user: how many rows, where they are, what to do."""
+        if self.error:
+            return (
+                f"the journal's disk is full and {self.rows:,} generated rows held in memory could not be "
+                f"kept in the spill folder {self.folder} either ({self.error}): a rerun generates them again"
+            )
+        return (
+            f"the journal's disk is full: {self.rows:,} generated rows held in memory were written to the "
+            f"spill folder {self.folder}; free space on the journal's disk and run the same command again: "
+            "it takes them back (nothing is generated twice)"
+        )
+
+
 class Journal:
     """One set's journal (outcomes and generations); :meth:`open` to write a shard, :meth:`read` to read.
 
@@ -55,6 +89,9 @@ class Journal:
         self.sets = sets
         self.generations = generations
         self._in_use: int | None = None  # a writer's shared hold on the root's gc.lock
+        self.spilled: Spilled | None = None
+        self._closed = False
+        """Set by :meth:`close` when the journal's disk had no room for what it held."""
 
     @classmethod
     def open(
@@ -71,18 +108,33 @@ class Journal:
         try:
             journal._in_use = open_shared_use(root)  # no garbage collection while this writer lives
             journal.generations.open_writer(flush_interval=flush_interval)
+            journal._take_back()
         except BaseException:
             journal.close()
             raise
         return journal
+
+    def _take_back(self) -> None:
+        """Append what an earlier run spilled for these logs (its disk was full), before planning."""
+        base = spill_root()
+        counts = [
+            take_back(store.writer, spill_dir(self.root, store.directory, base), base)
+            for store in (self.generations, self.sets)  # generations first: a row counts once both are in
+        ]
+        if any(counts):
+            log.warning(
+                "took back %d generations and %d row outcomes an earlier run kept in %s when the journal's "
+                "disk was full", counts[0], counts[1], spill_dir(self.root, self.root, base),
+            )  # fmt: skip
 
     @classmethod
     def read(cls, root: Path, config_id: str) -> Journal:
         """Open set ``config_id`` under ``root`` to read, without locks or writes."""
         from eagle3_raw.identity import Target
 
-        sets = SetJournal.read(set_dir(root, config_id))
+        sets = SetJournal.read(set_dir(root, config_id))  # checks the folders, as a writer does
         target = Target.from_dict(sets.manifest["target"])
+        check_journal_dirs(generations_dir(root, target), root)
         return cls(root, sets, GenerationStore(generations_dir(root, target)))
 
     @classmethod
@@ -127,14 +179,55 @@ class Journal:
         self.generations.flush()  # fsync point order: a row's generation is durable before the row
         self.sets.flush()
 
+    @property
+    def full_since(self) -> float | None:
+        """Since when (``time.monotonic()``) a writer finds no space on the journal's disk, or None."""
+        times = [w.full_since for w in self._writers() if w.full_since is not None]
+        return min(times) if times else None
+
+    @property
+    def held_rows(self) -> int:
+        """Generations made and not on disk yet (more than a flush's worth only while the disk is full)."""
+        writer = self.generations.writer_or_none
+        return writer.held(GENERATION) if writer is not None else 0
+
+    def _writers(self) -> list[LogWriter]:
+        return [w for w in (self.generations.writer_or_none, self.sets.writer_or_none) if w is not None]
+
     def close(self) -> None:
+        """Write what is held, stop writing and release the locks. When the journal's disk still has
+        no room, what it holds is spilled first (:mod:`.spill`, :attr:`spilled` says where). A second
+        call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
+            self._spill_if_full()
             self.generations.close()
         finally:
             self.sets.close()
             if self._in_use is not None:
                 os.close(self._in_use)
                 self._in_use = None
+
+    def _spill_if_full(self) -> None:
+        writers = self._writers()
+        if not writers:
+            return
+        try:
+            self.flush()
+            return
+        except JournalError:
+            if self.full_since is None:
+                return  # another write error: close raises it
+        rows, base = self.held_rows, spill_root()
+        folder = spill_dir(self.root, self.root, base)
+        try:
+            records = sum(spill(w, spill_dir(self.root, w.path.parent, base), base) for w in writers)
+        except JournalError as exc:
+            self.spilled = Spilled(rows, 0, folder, str(exc))
+            return
+        self.spilled = Spilled(rows, records, folder)
 
     def __enter__(self) -> Journal:
         return self

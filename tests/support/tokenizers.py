@@ -19,7 +19,7 @@ from pathlib import Path
 from tests.support.fetch_lock import fetch_lock
 
 VERSION = "3.7.2"
-NAMES = ("qwen3", "deepseek_v3", "gptoss", "llama3_1")
+NAMES = ("qwen3", "deepseek_v3", "gptoss", "llama3_1", "gemma3")
 
 
 def cache_root() -> Path:
