@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import FatalError, HubError
+from eagle3_raw.recipe import read_yaml
 
 if TYPE_CHECKING:
     import datasets
@@ -136,7 +137,6 @@ def _published(ref: str, config: str | None, cache_dir: Path | None, tokenizer: 
 
 def _published_model(repo_id: str, config: str | None, revision: str | None) -> dict[str, Any] | None:
     """The ``model`` section of the published recipe (None when the repo has no eagle3_raw recipe)."""
-    import yaml
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
 
@@ -153,7 +153,7 @@ def _published_model(repo_id: str, config: str | None, revision: str | None) -> 
             path = hf_hub_download(repo_id, f"recipes/{name}.yaml", repo_type="dataset", revision=revision)
         except EntryNotFoundError:
             return None
-    model = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("model") or {}
+    model = read_yaml(Path(path)).get("model") or {}
     return dict(model) if isinstance(model, Mapping) else None
 
 

@@ -27,6 +27,7 @@ import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
 from eagle3_raw.limits import check_local_files, check_numbers, check_recipe_file, check_yaml_size
+from eagle3_raw.yaml_text import load_yaml
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -328,7 +329,7 @@ def find_recipe_file(source: str | Path) -> Path:
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML file holding a mapping; errors name the file (and the line, for bad YAML)."""
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise RecipeFileError(str(path), f"cannot read it ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
@@ -380,7 +381,7 @@ def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[
         if not sep or not key:
             raise RecipeError("--set", item, "expected KEY=VALUE, e.g. sampling.temperature=0.7")
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except yaml.YAMLError as exc:
             allowed = f"VALUE is not valid YAML ({yaml_problem(exc)}); quote a string, e.g. key='[text'"
             raise RecipeError("--set", item, allowed) from exc
@@ -520,7 +521,7 @@ def _render_date(value: Any) -> str | None:
     if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
         with contextlib.suppress(ValueError):
             return datetime.date.fromisoformat(value).isoformat()
-    raise RecipeError("model.render_date", value, "expected a date YYYY-MM-DD")
+    raise RecipeError("model.render_date", value, "expected a real date YYYY-MM-DD, e.g. 2026-12-01")
 
 
 def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
@@ -629,14 +630,32 @@ def _endpoints(value: Any) -> tuple[str, ...]:
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise RecipeError("server.endpoints", value, "expected a URL or a list of URLs")
     for url in items:
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise RecipeError("server.endpoints", url, "expected an http:// or https:// URL")
+        check_url("server.endpoints", url)
     urls = tuple(url.rstrip("/") for url in items)
     if len(set(urls)) != len(urls):
         raise RecipeError(
             "server.endpoints", list(items), "expected each URL once (in-flight limits are per URL)"
         )
     return urls
+
+
+def check_url(field: str, url: str) -> None:
+    """RecipeError unless ``url`` is an http(s) URL with a host and, if given, a port 1-65535 (what
+    aiohttp would otherwise refuse with a ValueError at the first request)."""
+    import urllib.parse
+
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise RecipeError(field, url, "expected an http:// or https:// URL")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError as exc:  # a port out of range or not a number, a broken [IPv6] host
+        raise RecipeError(field, url, f"not a usable URL ({exc}); e.g. http://127.0.0.1:30000, "
+                          "http://[::1]:30000") from exc  # fmt: skip
+    if not host:
+        raise RecipeError(field, url, "expected a host name or address after http://")
+    if port == 0:
+        raise RecipeError(field, url, "expected a port from 1 to 65535")
 
 
 def _parse_export(raw: Mapping[str, Any]) -> ExportConfig:
