@@ -26,7 +26,13 @@ import orjson
 import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
-from eagle3_raw.limits import check_local_files, check_numbers, check_recipe_file, check_yaml_size
+from eagle3_raw.limits import (
+    REFERENCE_STARTUP_TIMEOUT,
+    check_local_files,
+    check_numbers,
+    check_recipe_file,
+    check_yaml_size,
+)
 from eagle3_raw.yaml_text import load_yaml
 
 REFERENCE_TOKENIZER = "reference"
@@ -183,6 +189,9 @@ class ServerConfig:
     connect_timeout: float = 10.0
     max_retries: int = 8
     wait_for_server: float = 600.0
+    startup_timeout: float = REFERENCE_STARTUP_TIMEOUT
+    """With ``launch: reference``: seconds to wait for the launched server's ``/health`` (a loaded
+    machine can take long to start Python); ``launch: sglang`` has ``server.sglang.startup_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -554,7 +563,15 @@ def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
         connect_timeout=_positive(raw, "connect_timeout", "server.", 10.0),
         max_retries=_get_int(raw, "max_retries", "server.", 8, minimum=0),
         wait_for_server=_positive(raw, "wait_for_server", "server.", 600.0),
+        startup_timeout=_startup_timeout(raw, launch),
     )
+
+
+def _startup_timeout(raw: Mapping[str, Any], launch: str | None) -> float:
+    if "startup_timeout" in raw and launch == "sglang":
+        why = "applies to launch: reference; SGLang's is server.sglang.startup_timeout"
+        raise RecipeError("server.startup_timeout", raw["startup_timeout"], why)
+    return _positive(raw, "startup_timeout", "server.", REFERENCE_STARTUP_TIMEOUT)
 
 
 def _parse_sglang(raw: Any, launch: str | None) -> SGLangLaunch | None:

@@ -8,6 +8,11 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.pace import scaled
 
 _ROOT = Path(tempfile.mkdtemp(prefix="eagle3_raw-tests-"))
 os.environ["HF_HOME"] = str(_ROOT / "hf_home")
@@ -19,3 +24,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("HF_TOKEN", None)
 
 pytest_plugins = ["tests.support.hub_server"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
+    """pytest-timeout's own timer, its limit (``timeout`` in pyproject.toml, or a test's mark)
+    stretched by the machine's pace when the test starts (:mod:`tests.support.pace`)."""
+    import pytest_timeout
+
+    stretched = settings._replace(timeout=scaled(settings.timeout))
+    return pytest_timeout.pytest_timeout_set_timer(item=item, settings=stretched)

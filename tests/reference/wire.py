@@ -13,6 +13,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from tests.support.pace import scaled
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -126,8 +128,9 @@ def post_many(
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``condition`` every 10 ms until it holds (a generous ``timeout`` only catches hangs)."""
-    deadline = time.monotonic() + timeout
+    """Poll ``condition`` every 10 ms until it holds (a generous ``timeout``, stretched by the
+    machine's pace, only catches hangs)."""
+    deadline = time.monotonic() + scaled(timeout)
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.01)
