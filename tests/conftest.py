@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_timeout
 
 from tests.support.pace import scaled
 
@@ -30,7 +31,5 @@ pytest_plugins = ["tests.support.hub_server"]
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
     """pytest-timeout's own timer, its limit (``timeout`` in pyproject.toml, or a test's mark)
     stretched by the machine's pace when the test starts (:mod:`tests.support.pace`)."""
-    import pytest_timeout
-
     stretched = settings._replace(timeout=scaled(settings.timeout))
     return pytest_timeout.pytest_timeout_set_timer(item=item, settings=stretched)

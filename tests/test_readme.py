@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+
+import yaml
+
+from eagle3_raw.recipe import ServerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,3 +39,14 @@ def test_demo_recipe_and_cli_commands_in_the_readme_exist() -> None:
     commands = set(re.findall(r"`eagle3-raw ([a-z][a-z-]+)", (ROOT / "README.md").read_text()))
     known = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     assert commands <= known, commands - known
+
+
+def test_the_recipe_reference_lists_every_server_setting_with_its_default() -> None:
+    """The README's recipe block is the users' reference: each ``server`` setting of the code is
+    there with the code's default (``server.startup_timeout``, issue 21 finding 10, among them)."""
+    text = (ROOT / "README.md").read_text().split("## The recipe", 1)[1]
+    reference = yaml.safe_load(re.search(r"```yaml\n(.+?)\n```", text, re.S).group(1))  # type: ignore[union-attr]
+    fields = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+    assert set(reference["server"]) == set(fields)
+    scalars = {k: v for k, v in fields.items() if k not in ("endpoints", "launch_args")}
+    assert {k: reference["server"][k] for k in scalars} == scalars

@@ -46,10 +46,12 @@ def request(
     headers: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> Reply:
-    """One request on a fresh connection; ``body`` is sent as JSON unless ``raw`` is given."""
+    """One request on a fresh connection; ``body`` is sent as JSON unless ``raw`` is given (``timeout``,
+    generous on an idle machine, is stretched by its pace)."""
     parts = urllib.parse.urlsplit(url)
     data = raw if raw is not None else (None if body is None else orjson.dumps(body))
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    host = parts.hostname or "127.0.0.1"
+    connection = http.client.HTTPConnection(host, parts.port, timeout=scaled(timeout))
     try:
         all_headers = {"Content-Type": "application/json", **(headers or {})}
         connection.request(method, path, body=data, headers=all_headers)

@@ -18,7 +18,14 @@ def pace() -> float:
         load = os.getloadavg()[0]
     except OSError:  # no load average on this system: assume it is idle
         return 1.0
-    return max(1.0, load / (os.cpu_count() or 1))
+    return max(1.0, load / _cores())
+
+
+def _cores() -> int:
+    """The cores this process may run on (the machine's count where that cannot be asked)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def scaled(seconds: float) -> float:
