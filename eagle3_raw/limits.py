@@ -57,6 +57,10 @@ VOCAB_IDS = 1 << 22
 """The largest vocabulary taken from a published file (4,194,304 ids; the largest models have about
 260,000): a ``t2d`` array has one entry per id."""
 
+REFERENCE_STARTUP_TIMEOUT = 300.0
+"""Seconds a launched reference server may take to answer ``/health`` (``server.startup_timeout``;
+the tests' launcher too): generous, since a loaded machine can take long just to start Python."""
+
 #: Largest accepted value of each numeric recipe setting.
 RECIPE_MAXIMA: Mapping[str, int] = {
     "server.max_in_flight": 4096,
@@ -64,6 +68,7 @@ RECIPE_MAXIMA: Mapping[str, int] = {
     "server.request_timeout": 7 * 24 * 3600,
     "server.connect_timeout": 3600,
     "server.wait_for_server": 7 * 24 * 3600,
+    "server.startup_timeout": 7 * 24 * 3600,
     "sampling.max_new_tokens": 1 << 24,
     "sampling.samples_per_prompt": 1024,  # and below 4095: the journal packs a sample into 12 bits
 }
@@ -150,7 +155,8 @@ def check_numbers(recipe: Recipe) -> None:
     """RecipeError for a numeric setting above its :data:`RECIPE_MAXIMA` entry."""
     values = {
         **{f"server.{k}": getattr(recipe.server, k) for k in (
-            "max_in_flight", "max_retries", "request_timeout", "connect_timeout", "wait_for_server")},
+            "max_in_flight", "max_retries", "request_timeout", "connect_timeout", "wait_for_server",
+            "startup_timeout")},
         "sampling.max_new_tokens": recipe.sampling.params.get("max_new_tokens"),
         "sampling.samples_per_prompt": recipe.sampling.samples_per_prompt,
     }  # fmt: skip

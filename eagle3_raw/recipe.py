@@ -28,6 +28,7 @@ import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
 from eagle3_raw.limits import (
+    REFERENCE_STARTUP_TIMEOUT,
     check_local_files,
     check_numbers,
     check_plain_values,
@@ -35,6 +36,7 @@ from eagle3_raw.limits import (
     check_yaml_size,
 )
 from eagle3_raw.printable import printable
+from eagle3_raw.yaml_text import load_yaml
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -190,6 +192,9 @@ class ServerConfig:
     connect_timeout: float = 10.0
     max_retries: int = 8
     wait_for_server: float = 600.0
+    startup_timeout: float = REFERENCE_STARTUP_TIMEOUT
+    """With ``launch: reference``: seconds to wait for the launched server's ``/health`` (a loaded
+    machine can take long to start Python); ``launch: sglang`` has ``server.sglang.startup_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -389,7 +394,7 @@ def find_recipe_file(source: str | Path) -> Path:
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML file holding a mapping; errors name the file (and the line, for bad YAML)."""
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise RecipeFileError(str(path), f"cannot read it ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
@@ -443,7 +448,7 @@ def _override_items(overrides: Mapping[str, Any] | Sequence[str]) -> list[tuple[
         if not sep or not key:
             raise RecipeError("--set", item, "expected KEY=VALUE, e.g. sampling.temperature=0.7")
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: an int of 5,000 digits
             problem = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else printable(exc, limit=120)
             allowed = f"VALUE is not valid YAML ({problem}); quote a string, e.g. key='[text'"
@@ -585,7 +590,7 @@ def _render_date(value: Any) -> str | None:
     if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
         with contextlib.suppress(ValueError):
             return datetime.date.fromisoformat(value).isoformat()
-    raise RecipeError("model.render_date", value, "expected a date YYYY-MM-DD")
+    raise RecipeError("model.render_date", value, "expected a real date YYYY-MM-DD, e.g. 2026-12-01")
 
 
 def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
@@ -618,7 +623,15 @@ def _parse_server(raw: Mapping[str, Any]) -> ServerConfig:
         connect_timeout=_positive(raw, "connect_timeout", "server.", 10.0),
         max_retries=_get_int(raw, "max_retries", "server.", 8, minimum=0),
         wait_for_server=_positive(raw, "wait_for_server", "server.", 600.0),
+        startup_timeout=_startup_timeout(raw, launch),
     )
+
+
+def _startup_timeout(raw: Mapping[str, Any], launch: str | None) -> float:
+    if "startup_timeout" in raw and launch == "sglang":
+        why = "applies to launch: reference; SGLang's is server.sglang.startup_timeout"
+        raise RecipeError("server.startup_timeout", raw["startup_timeout"], why)
+    return _positive(raw, "startup_timeout", "server.", REFERENCE_STARTUP_TIMEOUT)
 
 
 def _parse_sglang(raw: Any, launch: str | None) -> SGLangLaunch | None:
@@ -694,14 +707,32 @@ def _endpoints(value: Any) -> tuple[str, ...]:
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise RecipeError("server.endpoints", value, "expected a URL or a list of URLs")
     for url in items:
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise RecipeError("server.endpoints", url, "expected an http:// or https:// URL")
+        check_url("server.endpoints", url)
     urls = tuple(url.rstrip("/") for url in items)
     if len(set(urls)) != len(urls):
         raise RecipeError(
             "server.endpoints", list(items), "expected each URL once (in-flight limits are per URL)"
         )
     return urls
+
+
+def check_url(field: str, url: str) -> None:
+    """RecipeError unless ``url`` is an http(s) URL with a host and, if given, a port 1-65535 (what
+    aiohttp would otherwise refuse with a ValueError at the first request)."""
+    import urllib.parse
+
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise RecipeError(field, url, "expected an http:// or https:// URL")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError as exc:  # a port out of range or not a number, a broken [IPv6] host
+        raise RecipeError(field, url, f"not a usable URL ({exc}); e.g. http://127.0.0.1:30000, "
+                          "http://[::1]:30000") from exc  # fmt: skip
+    if not host:
+        raise RecipeError(field, url, "expected a host name or address after http://")
+    if port == 0:
+        raise RecipeError(field, url, "expected a port from 1 to 65535")
 
 
 def _parse_export(raw: Mapping[str, Any]) -> ExportConfig:

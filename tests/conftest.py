@@ -10,6 +10,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+import pytest_timeout
+
+from tests.support.pace import scaled
+
 _ROOT = Path(tempfile.mkdtemp(prefix="eagle3_raw-tests-"))
 os.environ["HF_HOME"] = str(_ROOT / "hf_home")
 os.environ["HF_DATASETS_CACHE"] = str(_ROOT / "datasets_cache")
@@ -29,3 +34,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
     times = factory.getbasetemp() / "real_sglang_times.json" if factory is not None else None
     if times is not None and times.exists():
         terminalreporter.write_line(f"real SGLang tier: {times.read_text()}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
+    """pytest-timeout's own timer, its limit (``timeout`` in pyproject.toml, or a test's mark)
+    stretched by the machine's pace when the test starts (:mod:`tests.support.pace`)."""
+    stretched = settings._replace(timeout=scaled(settings.timeout))
+    return pytest_timeout.pytest_timeout_set_timer(item=item, settings=stretched)

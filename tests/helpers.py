@@ -23,6 +23,7 @@ import yaml
 from eagle3_raw.identity import Target, request_digest
 from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
 from eagle3_raw.reference.ledger import read_ledger
+from tests.support.pace import scaled
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -48,8 +49,8 @@ def write_recipe(
         "prompts": {"source": source, "id_column": "id"},
         "server": {
             "endpoints": list(endpoints),
-            "connect_timeout": 5,
-            "request_timeout": 30,
+            "connect_timeout": round(scaled(5), 1),  # generous on an idle machine: stretched on a busy one
+            "request_timeout": round(scaled(30)),
             "max_retries": 3,
         },
         "sampling": {"max_new_tokens": 64, "temperature": 0.7, "samples_per_prompt": 1, "seed": 1},
@@ -192,7 +193,7 @@ def run_in_terminal(
         elif process.poll() is not None:
             break
     os.close(master)
-    code = process.wait(timeout=10)
+    code = process.wait(timeout=scaled(10))
     text = output.decode(errors="replace")
     return code, text if raw else strip_terminal_codes(text)
 
@@ -220,8 +221,8 @@ def sglang_section(ledgers: Path, *extra_args: str, **fields: Any) -> dict[str, 
     ledgers.mkdir(parents=True, exist_ok=True)
     sglang = {
         "model_path": str(reference_model_dir()), "executable": standin_sglang(ledgers),
-        "env": {"E3_LEDGERS": str(ledgers)}, "extra_args": list(extra_args), "startup_timeout": 60,
-        "stop_timeout": 5, **fields,
+        "env": {"E3_LEDGERS": str(ledgers)}, "extra_args": list(extra_args),
+        "startup_timeout": round(scaled(60)), "stop_timeout": 5, **fields,
     }  # fmt: skip
     return {"endpoints": None, "launch": "sglang", "sglang": sglang}
 

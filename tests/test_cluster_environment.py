@@ -14,6 +14,7 @@ from eagle3_raw.cluster.environment import shard_from_environment, shard_option
 from eagle3_raw.errors import RecipeError
 from eagle3_raw.plan import Shard
 from tests.helpers import write_prompts, write_recipe
+from tests.support.pace import scaled
 
 _ARRAY = {"SLURM_ARRAY_JOB_ID": "5", "SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "3",
           "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_MAX": "7", "SLURM_ARRAY_TASK_STEP": "2",
@@ -65,7 +66,7 @@ def test_the_cli_says_which_shard_it_took_and_from_where(tmp_path: Path) -> None
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RANK": "1", "WORLD_SIZE": "2",
            "EAGLE3_RAW_JOURNAL_DIR": str(tmp_path / "j")}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet"],
-                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+                          capture_output=True, text=True, timeout=scaled(120), env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "shard 1/2 from torchrun's RANK/WORLD_SIZE (RANK=1, WORLD_SIZE=2)" in done.stderr
     assert "shard 1/2 is complete" in done.stdout

@@ -8,6 +8,7 @@ import pytest
 
 from eagle3_raw.endpoints import Endpoint, EndpointPool
 from eagle3_raw.errors import ServerUnreachable
+from tests.support.pace import scaled
 
 
 def _pool(*limits: int, healthy: dict[str, bool] | None = None, wait: float = 5.0) -> EndpointPool:
@@ -60,7 +61,9 @@ async def test_a_failing_endpoint_is_taken_out_and_put_back_when_healthy() -> No
     assert not bad.healthy
     assert (await pool.acquire()).url == "http://e1"
     answers["http://e0"] = True
-    await asyncio.sleep(0.1)
+    async with asyncio.timeout(scaled(10)):  # the probe's next try puts it back
+        while not bad.healthy:
+            await asyncio.sleep(0.01)
     assert bad.healthy and (await pool.acquire()).url == "http://e0"
     await pool.close()
 

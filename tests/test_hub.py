@@ -28,6 +28,7 @@ from eagle3_raw.errors import HubError
 from eagle3_raw.recipe import SGLANG_SAMPLING_DEFAULTS, load_recipe
 from eagle3_raw.resources import builder_scripts_dir
 from tests.helpers import generations, reference_server
+from tests.support.pace import scaled
 
 try:
     from tests.support.hub_server import HubServer, hub_server
@@ -328,7 +329,11 @@ def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: 
     for argv in (["push", str(recipe), "--repo", REPO, "--tag", "v1", "--quiet"],
                  ["reproduce", f"{REPO}@v1", "--quiet", "--strict", "--reference-server"]):  # fmt: skip
         done = subprocess.run(
-            [sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", script, *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=scaled(120),
         )
         assert done.returncode == 0, done.stderr[-3000:]
     assert "verdict           full agreement" in done.stdout

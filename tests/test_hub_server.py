@@ -33,6 +33,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils.sha import git_hash
 
+from tests.support.pace import scaled
+
 try:
     from tests.support.hub_server import HubServer, hub, hub_server
 except ModuleNotFoundError:  # `tests` is a package only when the repo root is on sys.path
@@ -290,7 +292,7 @@ def test_client_env_points_a_subprocess_at_the_server(hub_server: HubServer, tmp
     """)
     env = hub_server.client_env(tmp_path / "hf-home")
     command = [sys.executable, "-c", script, hub_server.tokens.write]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "configs:" in hub_server.files("alice/sub", "v1")["README.md"].decode()
     assert {r.origin for r in hub_server.requests} == {"hub", "cdn"}

@@ -36,6 +36,7 @@ from tests.helpers import (
     write_recipe,
 )  # fmt: skip
 from tests.reference.wire import wait_until
+from tests.support.pace import scaled
 
 _SLOW = ("--slots", "2", "--ms-per-token", "2")
 
@@ -169,7 +170,7 @@ def test_the_stand_in_takes_the_flags_the_launcher_passes(tmp_path: Path) -> Non
         assert not _answers(f"http://127.0.0.1:{port}/server_info")  # the key from the file is required
     finally:
         server.terminate()
-        server.wait(10)
+        server.wait(scaled(10))
     assert (info["tp_size"], info["dp_size"], info["revision"], info["trust_remote_code"]) == (
         4,
         2,
@@ -220,7 +221,7 @@ def test_a_launched_server_builds_the_set_is_recorded_and_a_cached_load_starts_n
 def test_a_merge_on_a_node_without_the_set_starts_no_server(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     merge = _cli("merge", str(recipe), "--journal-dir", str(tmp_path / "journals"))
-    _, err = merge.communicate(timeout=120)
+    _, err = merge.communicate(timeout=scaled(120))
     assert merge.returncode == 1 and "built with this server.sglang configuration" in err, err[-2000:]
     assert not ledgers_in(tmp_path / "ledgers")
 
@@ -243,7 +244,7 @@ def test_the_server_never_outlives_its_client(tmp_path: Path, how: str) -> None:
         assert len(processes_with("--port", str(port))) == 2  # the guard and the server
         assert not processes_with("k-9f2a7c") and "k-9f2a7c" not in log.read_text()
         build.send_signal(getattr(signal, how))
-        code = build.wait(60)
+        code = build.wait(scaled(60))
     _gone(port)
     (ledger,) = ledgers_in(tmp_path / "ledgers")
     if how == "SIGKILL":
@@ -261,7 +262,7 @@ def test_a_shard_stopped_by_sigterm_resumes_without_asking_twice(tmp_path: Path)
     wait_until(lambda: bool(ledgers_in(tmp_path / "ledgers")) and
                len(generations(ledgers_in(tmp_path / "ledgers")[0])) >= 4, timeout=90)  # fmt: skip
     first.send_signal(signal.SIGTERM)
-    _, err = first.communicate(timeout=60)
+    _, err = first.communicate(timeout=scaled(60))
     assert first.returncode == 130 and "Run the same command again to resume" in err, err[-2000:]
     directory = journal_dir_for(load_recipe(recipe), journals)
     from eagle3_raw.journal import Journal
@@ -270,7 +271,7 @@ def test_a_shard_stopped_by_sigterm_resumes_without_asking_twice(tmp_path: Path)
         kept = {row.id for row in journal.iter_rows()}
     before = set(ledgers_in(tmp_path / "ledgers"))
     again = _cli(*args)
-    _, err = again.communicate(timeout=120)
+    _, err = again.communicate(timeout=scaled(120))
     assert again.returncode == 0, err[-2000:]
     (second_ledger,) = set(ledgers_in(tmp_path / "ledgers")) - before
     asked_again = {rid_row_id(rid) for rid in requested_rids(second_ledger)}
@@ -289,14 +290,14 @@ def test_a_server_that_exits_at_start_is_an_error_with_its_log(tmp_path: Path) -
         "exited with code 2 before it answered /health" in message and "--slots must be at least 1" in message
     )
     assert "--model-path" in message  # the command it ran
-    assert time.monotonic() - started < 60  # at once, not at the end of the startup wait
+    assert time.monotonic() - started < scaled(60)  # at once, not at the end of the startup wait
 
 
 def test_a_server_that_never_answers_is_stopped_at_the_startup_limit(tmp_path: Path) -> None:
     hang = "import sys, time; print('loading weights 1/9 (pretend)', flush=True); time.sleep(600)"
     recipe = _recipe(tmp_path, executable=[sys.executable, "-c", hang], startup_timeout=3)
     command = _cli("build", str(recipe), "--journal-dir", str(tmp_path / "j"))
-    _, err = command.communicate(timeout=120)
+    _, err = command.communicate(timeout=scaled(120))
     assert command.returncode == 1, err[-2000:]
     assert "did not answer /health within 3 s (server.sglang.startup_timeout)" in err
     assert "loading weights 1/9 (pretend)" in err  # the log's tail

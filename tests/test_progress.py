@@ -14,6 +14,7 @@ import pytest
 from eagle3_raw.endpoints import Endpoint
 from eagle3_raw.progress import RunStats, Summary, status_line
 from tests.helpers import reference_server, run_in_terminal, write_prompts, write_recipe
+from tests.support.pace import scaled
 
 
 def test_status_line_names_endpoints_that_are_down() -> None:
@@ -107,7 +108,7 @@ def test_without_a_terminal_the_progress_is_timestamped_log_lines(tmp_path: Path
     command, server = _slow_build(tmp_path, "--log-interval", "0.5")
     with server as (process, _):
         done = subprocess.run(
-            _with_recipe(command, tmp_path, process.url), capture_output=True, text=True, timeout=120
+            _with_recipe(command, tmp_path, process.url), capture_output=True, text=True, timeout=scaled(120)
         )  # like nohup, CI or `| tee`: no terminal, and no --quiet
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()

@@ -20,6 +20,7 @@ import eagle3_raw
 from eagle3_raw.cluster.ray_runner import RayShards, run_on_ray
 from eagle3_raw.errors import FatalError
 from tests.helpers import generations, ledgers_in, rid_row_id, sglang_section, write_prompts, write_recipe
+from tests.support.pace import scaled
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' (CI installs it)")
 
@@ -70,5 +71,5 @@ def test_a_shard_that_fails_on_ray_is_one_clear_error(tmp_path: Path, local_ray:
 def test_the_cli_needs_ray_only_for_ray(tmp_path: Path) -> None:
     """``import eagle3_raw`` and every other command never import Ray."""
     code = "import sys, eagle3_raw, eagle3_raw.cli as c; c.build_parser(); print('ray' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60))
     assert done.stdout.strip() == "False", done.stderr

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
+
+from eagle3_raw.recipe import ServerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,3 +69,14 @@ def test_the_readmes_demo_numbers_are_what_the_demo_set_gives(tmp_path: Path) ->
     assert rows is not None and rows[1] == quick[2]
     prompts = (ROOT / "builder_scripts" / "prompts").glob("*.jsonl")
     assert sum(1 for path in prompts for line in path.open() if line.strip()) == int(quick[1])
+
+
+def test_the_recipe_reference_lists_every_server_setting_with_its_default() -> None:
+    """The README's recipe block is the users' reference: each ``server`` setting of the code is
+    there with the code's default (``server.startup_timeout``, issue 21 finding 10, among them)."""
+    text = (ROOT / "README.md").read_text().split("## The recipe", 1)[1]
+    reference = yaml.safe_load(re.search(r"```yaml\n(.+?)\n```", text, re.S).group(1))  # type: ignore[union-attr]
+    fields = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+    assert set(reference["server"]) == set(fields)
+    scalars = {k: v for k, v in fields.items() if k not in ("endpoints", "launch_args")}
+    assert {k: reference["server"][k] for k in scalars} == scalars

@@ -25,6 +25,7 @@ from eagle3_raw.recipe import load_recipe
 from eagle3_raw.resources import reference_model_dir
 from tests.helpers import generations, reference_server, write_jsonl, write_recipe
 from tests.support import tokenizers
+from tests.support.pace import scaled
 
 REFERENCE_TEMPLATE = Path(__file__).parents[1] / "scripts" / "reference_corpus" / "chat_template.jinja"
 
@@ -346,7 +347,7 @@ def test_a_date_printing_template_renders_the_same_prompts_on_two_days_or_is_ref
         where = [str(tmp_path / f"c{number}"), str(tmp_path / f"j{number}")]
         done = subprocess.run(
             [sys.executable, "-c", BUILD_IN, str(pinned), *where],
-            capture_output=True, text=True, timeout=300, env={**_env(), "TZ": zone},
+            capture_output=True, text=True, timeout=scaled(300), env={**_env(), "TZ": zone},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         ids.append(done.stdout.strip().splitlines()[-1])

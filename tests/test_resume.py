@@ -7,11 +7,13 @@ ledgers say what was really asked and answered.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -51,6 +53,7 @@ from tests.helpers import (
     write_recipe,
 )  # fmt: skip
 from tests.reference.wire import wait_until
+from tests.support.pace import scaled
 
 
 def _build_command(recipe: Path, work: Path, *extra: str) -> list[str]:
@@ -69,7 +72,7 @@ def _clean_build(recipe: Path, work: Path, **overrides: Any) -> datasets.Dataset
 
 
 def _final(recipe: Path, work: Path) -> datasets.Dataset:
-    result = subprocess.run(_build_command(recipe, work), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(_build_command(recipe, work), capture_output=True, text=True, timeout=scaled(120))
     assert result.returncode == 0, result.stderr[-3000:]
     return eagle3_raw.load(
         str(recipe), cache_dir=str(work / "cache"), journal_dir=work / "journals", progress="none"
@@ -248,7 +251,7 @@ def test_an_endpoint_killed_mid_run_and_restarted_later(tmp_path: Path) -> None:
         assert build.poll() is None, "the build finished before a was restarted"
         restarted_at = time.time()
         a.restart()
-        _, stderr = build.communicate(timeout=120)
+        _, stderr = build.communicate(timeout=scaled(120))
         log = stderr.decode()
         assert build.returncode == 0, log[-3000:]
         taken_out = log.find(f"endpoint {a.url} taken out")
@@ -326,7 +329,7 @@ def test_a_journal_that_cannot_be_written_stops_the_build_and_stays_readable(tmp
         sampling = {"max_new_tokens": 256, "ignore_eos": True}
         recipe = write_recipe(tmp_path, endpoints=[server.url], sampling=sampling)
         full = subprocess.run(
-            _build_command(recipe, tmp_path), capture_output=True, text=True, timeout=120,
+            _build_command(recipe, tmp_path), capture_output=True, text=True, timeout=scaled(120),
             preexec_fn=_file_size_limit(64 * 1024),
         )  # fmt: skip
         assert full.returncode == 1
@@ -345,7 +348,7 @@ def _interrupted_build(recipe: Path, work: Path, ledger: Path, signals: int) -> 
     for _ in range(signals):
         build.send_signal(signal.SIGINT)
         time.sleep(0.05)
-    _, stderr = build.communicate(timeout=30)
+    _, stderr = build.communicate(timeout=scaled(30))
     text = stderr.decode()
     assert build.returncode == 130, text[-2000:]
     return text
@@ -417,7 +420,8 @@ def _assert_failures_retried(recipe: Any, work: Path) -> None:
 def test_with_every_endpoint_down_the_run_waits_for_one_then_gives_up_clearly(tmp_path: Path) -> None:
     write_prompts(tmp_path, 24)
     with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "0.5") as (server, ledger):
-        recipe = write_recipe(tmp_path, endpoints=[server.url], server={"wait_for_server": 20})
+        wait = round(scaled(20))  # long enough for the restart below, on a busy machine too
+        recipe = write_recipe(tmp_path, endpoints=[server.url], server={"wait_for_server": wait})
         build = subprocess.Popen(
             _build_command(recipe, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
@@ -425,9 +429,9 @@ def test_with_every_endpoint_down_the_run_waits_for_one_then_gives_up_clearly(tm
         server.kill()
         time.sleep(1.5)
         server.restart()  # back within the deadline: the run goes on
-        _, stderr = build.communicate(timeout=120)
+        _, stderr = build.communicate(timeout=scaled(120))
         assert build.returncode == 0, stderr.decode()[-2000:]
-        assert b"every endpoint is down; waiting up to 20 s" in stderr
+        assert f"every endpoint is down; waiting up to {wait} s".encode() in stderr
         # a new recipe (other seed), its only server killed for good mid-run: a clear error after 2 s
         short = load_recipe(recipe, {"server.wait_for_server": 2, "sampling.seed": 9})
         asked = len(generations(ledger))
@@ -445,23 +449,42 @@ def _kill_after(server: Any, ledger: Path, count: int) -> None:
     server.kill()
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_an_endpoint_that_comes_back_as_another_model_stays_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_prompts(tmp_path, 200)
     slow = ("--slots", "4", "--ms-per-token", "1")
+    caplog.set_level(logging.WARNING, logger="eagle3_raw")
     with (
         reference_server(tmp_path, *slow) as (a, _),
         reference_server(tmp_path, *slow) as (b, ledger_b),
     ):
-        recipe = load_recipe(write_recipe(tmp_path, endpoints=[a.url, b.url]))
+        # a's requests wait while a is stopped: no timeout of theirs may end the run meanwhile
+        patient = {"request_timeout": 3600}
+        recipe = load_recipe(write_recipe(tmp_path, endpoints=[a.url, b.url], server=patient))
         impostors: list[Any] = []
 
         def swap() -> None:  # b dies mid-run; another model comes up on its port
             wait_until(lambda: len(generations(ledger_b)) >= 5, timeout=60)
-            b.kill()
-            time.sleep(0.5)
-            impostors.append(launch_reference(port=b.port, args=["--served-model-name", "impostor", *slow]))
+            os.kill(a.process.pid, signal.SIGSTOP)  # the run cannot finish before b's probe has run
+            try:
+                b.kill()
+                wait_until(lambda: _port_free(b.port), timeout=30)
+                impostor = ["--served-model-name", "impostor", *slow]
+                impostors.append(launch_reference(port=b.port, args=impostor))
+                wait_until(lambda: "stays out" in caplog.text, timeout=60)  # the re-admission probe ran
+            finally:
+                os.kill(a.process.pid, signal.SIGCONT)
 
         swapper = threading.Thread(target=swap)
         swapper.start()

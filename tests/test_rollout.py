@@ -36,6 +36,7 @@ from eagle3_raw.run import journal_dir_for
 from eagle3_raw.sglang import ToolCall
 from tests.helpers import generations, reference_server, requested_rids, rid_run, write_jsonl, write_recipe
 from tests.reference.wire import wait_until
+from tests.support.pace import scaled
 
 VERBATIM = Path(__file__).parent / "data" / "templates" / "verbatim.jinja"
 PARSERS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25")
@@ -429,7 +430,7 @@ def test_a_rollout_build_killed_at_random_points_resumes_to_the_uninterrupted_se
             )
             wait_until(
                 lambda: len(_journaled_requests(recipe, tmp_path)) > len(before) or build.poll() is not None,  # noqa: B023
-                timeout=60,
+                timeout=scaled(60),
             )
             time.sleep(rng.uniform(0.1, 1.5))
             build.kill()
@@ -438,7 +439,9 @@ def test_a_rollout_build_killed_at_random_points_resumes_to_the_uninterrupted_se
             asked = set(_requests(ledger, runs))
             assert not asked & before, "a turn journaled before the build was asked again"
         before, seen = _journaled_requests(recipe, tmp_path), set(requested_rids(ledger))
-        finished = subprocess.run(_command(recipe, tmp_path), capture_output=True, text=True, timeout=180)
+        finished = subprocess.run(
+            _command(recipe, tmp_path), capture_output=True, text=True, timeout=scaled(180)
+        )
         assert finished.returncode == 0, finished.stderr[-3000:]
         runs = {rid_run(rid) for rid in requested_rids(ledger)} - {rid_run(rid) for rid in seen}
         assert not set(_requests(ledger, runs)) & before

@@ -24,6 +24,7 @@ from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.run import RunOptions, run
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_prompts, write_recipe
 from tests.reference.wire import get
+from tests.support.pace import scaled
 from tests.support.router import Router
 
 
@@ -168,7 +169,9 @@ def test_log_mode_is_visible_from_python_without_logging_setup(tmp_path: Path) -
             f"eagle3_raw.load({str(recipe)!r}, cache_dir={str(tmp_path / 'c')!r}, "
             f"journal_dir={str(tmp_path / 'j')!r}, progress='log', log_interval=0.05)"
         )
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=scaled(120)
+        )
     assert done.returncode == 0, done.stderr
     assert re.search(r"\d+/~?40 rows \(", done.stderr), done.stderr
 
@@ -209,7 +212,7 @@ def _run_in_terminal(command: list[str], timeout: float = 120) -> tuple[int, str
         elif process.poll() is not None:
             break
     os.close(master)
-    code = process.wait(timeout=10)
+    code = process.wait(timeout=scaled(10))
     return code, re.sub(rb"\x1b\[[0-9;?]*[a-zA-Z]", b"", output).decode(errors="replace")
 
 

@@ -8,6 +8,7 @@ import threading
 from eagle3_raw.feed import JobFeed
 from eagle3_raw.plan import Skip
 from eagle3_raw.rows import RowKey
+from tests.support.pace import scaled
 
 
 def _items(count: int) -> list[Skip]:
@@ -21,7 +22,7 @@ async def test_every_idle_worker_gets_an_item_from_one_chunk() -> None:
     await asyncio.sleep(0)
     assert feed.hungry.is_set()
     await asyncio.to_thread(feed.put_threadsafe, _items(10), loop)
-    got = await asyncio.wait_for(asyncio.gather(*waiting), timeout=2)
+    got = await asyncio.wait_for(asyncio.gather(*waiting), timeout=scaled(2))
     assert [item.row_id for item in got if item is not None] == [f"r{i}" for i in range(10)]
 
 
@@ -36,4 +37,4 @@ async def test_the_end_reaches_every_worker_and_a_stopped_run_unblocks_the_produ
     await asyncio.sleep(0.3)
     assert not producer.done()  # backpressure: the queue is full
     stop.set()
-    assert await asyncio.wait_for(producer, timeout=2) is False
+    assert await asyncio.wait_for(producer, timeout=scaled(2)) is False

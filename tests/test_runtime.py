@@ -41,6 +41,7 @@ from tests.helpers import (
     write_recipe,
 )  # fmt: skip
 from tests.reference.wire import get, wait_until
+from tests.support.pace import scaled
 
 _HOST_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -250,7 +251,7 @@ def test_ctrl_c_through_except_exception_ends_the_script_and_a_rerun_resumes(
         )  # fmt: skip
         wait_until(lambda: len(generations(ledger)) >= 3 or child.poll() is not None, timeout=60)
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        out, err = child.communicate(timeout=scaled(60))
         # the script ends on an uncaught Interrupted (a KeyboardInterrupt subclass, so CPython exits
         # with 1 and its traceback, not by re-raising SIGINT as it does for KeyboardInterrupt itself)
         assert child.returncode == 1, err[-3000:]
@@ -318,7 +319,7 @@ def _many_in_flight_build(
             if limit is not None and (not seen or seen[-1] != limit):
                 seen.append(limit)
             threading.Event().wait(0.02)
-        out, err = build.communicate(timeout=120)
+        out, err = build.communicate(timeout=scaled(120))
         stats = get(server.url, "/reference/stats").json()
     return subprocess.CompletedProcess(command, build.returncode, out, err), stats, seen
 

@@ -19,11 +19,12 @@ from eagle3_raw.recipe import RecipeError, load_recipe
 from eagle3_raw.run import journal_dir_for
 from eagle3_raw.shards import check_whole, mark_complete
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
+from tests.support.pace import scaled
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "eagle3_raw.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "eagle3_raw.cli", *args], capture_output=True, text=True, timeout=scaled(120)
     )
 
 
@@ -55,7 +56,7 @@ def test_shards_on_two_servers_merge_into_the_single_process_set(tmp_path: Path)
             )
             for i, url in enumerate([a.url, b.url, a.url])
         ]
-        outputs = [shard.communicate(timeout=120) for shard in shards]
+        outputs = [shard.communicate(timeout=scaled(120)) for shard in shards]
         assert [s.returncode for s in shards] == [0, 0, 0], [err[-2000:] for _, err in outputs]
         asked = [rid_row_id(g["rid"]) for g in generations(ledger_a) + generations(ledger_b)]
         clean = eagle3_raw.load(

@@ -27,6 +27,7 @@ from eagle3_raw.journal.files import host_name, temporary_name
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.run import RunOptions, resolve
 from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
+from tests.support.pace import scaled
 
 HOST = host_name()
 
@@ -126,7 +127,7 @@ def test_two_shards_through_two_paths_with_readers_scanning_give_the_single_proc
         reader = _Reader(real, config_id)  # a third path: the folder itself
         reader.start()
         shards = [_build(recipe, root, "--shard", f"{i}/2") for i, root in enumerate((root_a, root_b))]
-        outputs = [shard.communicate(timeout=180) for shard in shards]
+        outputs = [shard.communicate(timeout=scaled(180)) for shard in shards]
         reader.stop.set()
         reader.join(timeout=60)
         assert [s.returncode for s in shards] == [0, 0], [err[-2000:] for _, err in outputs]
@@ -186,7 +187,7 @@ def test_a_writer_never_cuts_deletes_or_adopts_another_hosts_files(tmp_path: Pat
         recipe = write_recipe(tmp_path, endpoints=[server.url])
         config_id = _config_id(recipe, shared)
         other = _build(recipe, tmp_path / "other", "--shard", "1/2")
-        assert other.wait(timeout=120) == 0, other.communicate()[1][-2000:]
+        assert other.wait(timeout=scaled(120)) == 0, other.communicate()[1][-2000:]
         logs = _as_other_host(tmp_path / "other", shared)
         assert {p.name.split("-otherhost-")[0] for p in logs} == {"gen", "out-1-of-2"}
         for log in logs:  # otherhost is writing a record and its entry right now
@@ -204,7 +205,7 @@ def test_a_writer_never_cuts_deletes_or_adopts_another_hosts_files(tmp_path: Pat
             path.write_bytes(b"half a manifest")
         before = _digests([*logs, *theirs])
         here = _build(recipe, shared, "--shard", "0/2")
-        _, err = here.communicate(timeout=120)
+        _, err = here.communicate(timeout=scaled(120))
         assert here.returncode == 0, err[-2000:]
         assert _digests([*logs, *theirs]) == before  # not cut, not deleted, not written
         assert not ours.exists()

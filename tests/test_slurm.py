@@ -33,6 +33,7 @@ from tests.helpers import (
     write_recipe,
 )  # fmt: skip
 from tests.reference.wire import wait_until
+from tests.support.pace import scaled
 from tests.support.slurm import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
 _SHARDS = 2
@@ -50,7 +51,7 @@ def _generate(tmp_path: Path, recipe: Path, *extra: str, env: dict[str, str] | N
         [sys.executable, "-m", "eagle3_raw.cli", "slurm", str(recipe), "--shards", str(_SHARDS),
          "--journal-dir", str(tmp_path / "journals"), "--job-dir", str(tmp_path / "job"),
          "--cache-dir", str(tmp_path / "cache"), "--cpus-per-task", "1", *extra],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True, text=True, timeout=scaled(120), env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -151,14 +152,14 @@ def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:
     first, other = task(0, 0, logs[0]), task(1, 0, logs[1])
     wait_until(lambda: _running(tmp_path), 90)
     first.send_signal(signal.SIGTERM)  # preemption: SIGTERM to the batch script
-    assert first.wait(60) == 130, logs[0].read_text()[-3000:]
+    assert first.wait(scaled(60)) == 130, logs[0].read_text()[-3000:]
     assert (tmp_path / "scontrol.log").read_text() == "requeue 100_0\n"
     kept, before = _kept_rows(tmp_path), set(ledgers_in(tmp_path / "ledgers"))
-    assert other.wait(120) == 0, logs[1].read_text()[-3000:]
-    assert task(0, 1, logs[2]).wait(120) == 0, logs[2].read_text()[-3000:]  # the requeued run
+    assert other.wait(scaled(120)) == 0, logs[1].read_text()[-3000:]
+    assert task(0, 1, logs[2]).wait(scaled(120)) == 0, logs[2].read_text()[-3000:]  # the requeued run
     (restarted,) = set(ledgers_in(tmp_path / "ledgers")) - before
     merge = subprocess.run(["bash", str(tmp_path / "job" / "merge.sbatch")], capture_output=True, text=True,
-                           timeout=120)  # fmt: skip
+                           timeout=scaled(120))  # fmt: skip
     assert merge.returncode == 0 and f"rows              {_PROMPTS}" in merge.stdout, merge.stderr[-3000:]
     assert "starting the SGLang server" not in merge.stderr  # the merge starts no server
     _check(tmp_path, recipe, kept, restarted, logs)

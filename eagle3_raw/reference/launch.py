@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from eagle3_raw.errors import RecipeError, ServerUnreachable
+from eagle3_raw.limits import REFERENCE_STARTUP_TIMEOUT
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
@@ -120,7 +121,8 @@ class ReferenceProcess:
             time.sleep(_POLL_SECONDS)
         self.kill()
         raise ServerUnreachable(
-            f"the reference server did not answer within {self.startup_timeout:g} s{self._tail()}"
+            f"the reference server did not answer within {self.startup_timeout:g} s (server.startup_timeout)"
+            f"{self._tail()}"
         )
 
     def _tail(self, lines: int = 20) -> str:
@@ -172,7 +174,7 @@ def launch_reference(
     port: int | None = None,
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
-    startup_timeout: float = 10.0,
+    startup_timeout: float = REFERENCE_STARTUP_TIMEOUT,
     api_key: str | None = None,
 ) -> ReferenceProcess:
     """Start ``python -m eagle3_raw.reference`` on ``127.0.0.1`` (a free port unless ``port`` is given)
@@ -218,7 +220,9 @@ def recipe_endpoints(recipe: Recipe, api_key: str | None) -> Iterator[tuple[str,
         yield recipe.server.endpoints
         return
     check_launch_args(recipe.server.launch_args)
-    with launch_reference(args=recipe.server.launch_args, api_key=api_key) as server:
+    with launch_reference(
+        args=recipe.server.launch_args, api_key=api_key, startup_timeout=recipe.server.startup_timeout
+    ) as server:
         yield (*recipe.server.endpoints, server.url)
 
 

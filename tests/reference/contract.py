@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from tests.support.fetch_lock import fetch_lock
+from tests.support.pace import scaled
 
 SGLANG_VERSION = "0.5.23"
 MEMBER = "sglang/api/v1/api_types.py"
@@ -81,7 +82,7 @@ def _wheel() -> Path:
         "-d",
         str(folder),
     ]
-    subprocess.run([*command, "--quiet", "--disable-pip-version-check"], check=True, timeout=600)
+    subprocess.run([*command, "--quiet", "--disable-pip-version-check"], check=True, timeout=scaled(600))
     return next(folder.glob("sglang-*.whl"))
 
 

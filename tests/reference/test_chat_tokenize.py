@@ -79,13 +79,17 @@ def _generate(url: str, ids: list[int], seed: int) -> list[int]:
 
 
 def test_chat_template_file_replaces_the_tokenizers(launch: Callable[..., ReferenceProcess]) -> None:
-    """gpt-oss's npm tokenizer has no template: refused until ``--chat-template`` gives one."""
+    """gpt-oss's npm tokenizer has no template: refused until ``--chat-template`` gives one.
+
+    Slow on a busy machine (two servers and two oracles each load a 200k-token vocabulary): every
+    limit it waits under is stretched by the machine's pace (the servers' start-up, the requests'
+    timeouts, the test's own), and the vocabulary is loaded once here."""
     folder = tokenizers.tokenizer_folder("gptoss")
+    theirs = tokenizers.load("gptoss")
     bare = launch("--model-path", str(folder))
-    _assert_same(bare.url, sglang_oracle.chat_server(tokenizers.load("gptoss"), model_type="gpt_oss"))
+    _assert_same(bare.url, sglang_oracle.chat_server(theirs, model_type="gpt_oss"))
     assert request(bare.url, "/tokenize", CORPUS["plain"]).status == 400
     server = launch("--model-path", str(folder), "--chat-template", str(REFERENCE_TEMPLATE))
-    theirs = tokenizers.load("gptoss")
     theirs.chat_template = chatpath.read_template_file(REFERENCE_TEMPLATE)
     _assert_same(server.url, sglang_oracle.chat_server(theirs, model_type="gpt_oss"))
     assert get(server.url, "/server_info").json()["chat_template"] == str(REFERENCE_TEMPLATE)

@@ -10,6 +10,7 @@ import pytest
 
 from eagle3_raw.cli import build_parser
 from eagle3_raw.reference.cli import add_arguments, config_from_args
+from tests.support.pace import scaled
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -65,7 +66,7 @@ def test_python_m_exits_2_on_bad_options() -> None:
         [sys.executable, "-m", "eagle3_raw.reference", "--slots", "3"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(30),
     )
     assert done.returncode == 2 and "--slots and --ms-per-token go together" in done.stderr
 
@@ -75,6 +76,6 @@ def test_a_context_length_beyond_the_model_is_refused_at_start() -> None:
         [sys.executable, "-m", "eagle3_raw.reference", "--context-length", "100000", "--port", "1"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(30),
     )
     assert done.returncode == 1 and "greater than the model's max_position_embeddings (4096)" in done.stderr

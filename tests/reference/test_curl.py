@@ -17,6 +17,7 @@ from eagle3_raw.reference.launch import free_port
 from tests.reference.conformance import check_object
 from tests.reference.contract import contract_error
 from tests.reference.wire import get, sse_events, wait_until
+from tests.support.pace import scaled
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl binary")
 
@@ -43,14 +44,14 @@ def url() -> Iterator[str]:
     assert process.poll() is None, "eagle3-raw serve-reference exited"
     yield address
     process.terminate()
-    process.wait(10)
+    process.wait(scaled(10))
 
 
 def curl(url: str, body: Any, *extra: str) -> tuple[int, str, bytes]:
     """``curl -s -X POST {url}/generate -H 'Content-Type: application/json' -d BODY``: status, type, body."""
     command = ["curl", "-s", "-X", "POST", f"{url}/generate", "-H", "Content-Type: application/json"]
     command += ["-d", orjson.dumps(body).decode(), "-w", "\n%{http_code} %{content_type}", *extra]
-    out = subprocess.run(command, capture_output=True, check=True, timeout=30).stdout
+    out = subprocess.run(command, capture_output=True, check=True, timeout=scaled(30)).stdout
     payload, _, trailer = out.rpartition(b"\n")
     status, _, content_type = trailer.decode().partition(" ")
     return int(status), content_type, payload

@@ -13,6 +13,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from tests.support.pace import scaled
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -44,10 +46,12 @@ def request(
     headers: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> Reply:
-    """One request on a fresh connection; ``body`` is sent as JSON unless ``raw`` is given."""
+    """One request on a fresh connection; ``body`` is sent as JSON unless ``raw`` is given (``timeout``,
+    generous on an idle machine, is stretched by its pace)."""
     parts = urllib.parse.urlsplit(url)
     data = raw if raw is not None else (None if body is None else orjson.dumps(body))
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    host = parts.hostname or "127.0.0.1"
+    connection = http.client.HTTPConnection(host, parts.port, timeout=scaled(timeout))
     try:
         all_headers = {"Content-Type": "application/json", **(headers or {})}
         connection.request(method, path, body=data, headers=all_headers)
@@ -126,8 +130,9 @@ def post_many(
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``condition`` every 10 ms until it holds (a generous ``timeout`` only catches hangs)."""
-    deadline = time.monotonic() + timeout
+    """Poll ``condition`` every 10 ms until it holds (a generous ``timeout``, stretched by the
+    machine's pace, only catches hangs)."""
+    deadline = time.monotonic() + scaled(timeout)
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.01)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.pace import scaled
+
 _DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "sinfo")
 
 
@@ -49,7 +51,7 @@ class SlurmCluster:
         ]  # fmt: skip
 
     def run(self, *command: str, check: bool = True) -> str:
-        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=scaled(60))
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(command)}: {done.stderr}{self.logs()}")
         return done.stdout
@@ -83,7 +85,7 @@ class SlurmCluster:
             daemon.terminate()
         for daemon in self.daemons:
             try:
-                daemon.wait(20)
+                daemon.wait(scaled(20))
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()

