@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -145,7 +146,7 @@ class RealSGLang:
                 os.killpg(self.process.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
-        with contextlib.suppress(ProcessLookupError):  # the scheduler and detokenizer too
+        with contextlib.suppress(ProcessLookupError):  # a guard that did not stop in time
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
@@ -177,9 +178,13 @@ def launch_real(model: Path, *args: str, log_dir: Path, startup_timeout: float =
         "--log-requests-target", str(requests_dir), *args,
     ]  # fmt: skip
     started = time.monotonic()
+    # Under the project's own guard (eagle3_raw.launching.guard): this process holds the guard's
+    # stdin, so a pytest killed by a timeout or SIGKILL takes the server down with it instead of
+    # leaving a scheduler spinning on the machine's cores for the rest of the run.
+    guarded = [sys.executable, "-m", "eagle3_raw.launching.guard", "--stop-timeout", "20", "--", *command]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            guarded, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
             env={**os.environ, **server_env(f"shared-{port}")}, start_new_session=True,
         )  # fmt: skip
     server = RealSGLang(f"http://127.0.0.1:{port}", port, process, log_path, requests_dir, 0.0)
