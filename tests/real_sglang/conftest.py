@@ -1,9 +1,10 @@
 """The real-SGLang tier: every test here runs against PyPI's sglang 0.5.23 on the CPU.
 
 Selected with ``-m real_sglang`` and left out with ``-m "not real_sglang"`` (the marker is put on
-every test of this folder). The tests share one real server per test run: they are one
-pytest-xdist group (``xdist_group("real_sglang")``, run with ``--dist loadgroup``), so the
-session fixtures below run once, on one worker. The first test also waits for the venv build
+every test of this folder). The tests share one real server per test run: the README's command
+runs the tier in a pytest process of its own, without pytest-xdist (each xdist worker would start
+its own server: with ``-n 3`` three were seen, their schedulers busy on both cores). They are also
+one ``xdist_group``, for a ``--dist loadgroup`` run. The first test also waits for the venv build
 (``tests/real_sglang/venv.py``, minutes on a fresh machine) and the server's start: the tier's
 per-test timeout is generous, and longer when the venv is still to be built; the waits inside the
 tests come from the server's measured pace (:class:`Pace`).
