@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3_raw.reference.launch import free_port, healthy
 from eagle3_raw.resources import reference_model_dir
 from tests.real_sglang.venv import ensure_venv, python
 
@@ -99,13 +99,6 @@ def client_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), **(extra or {})}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class RealSGLang:
     """A running real SGLang server (its own process group) and where its logs are."""
@@ -150,14 +143,6 @@ class RealSGLang:
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
-
-
-def healthy(url: str, timeout: float = 10) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @contextlib.contextmanager

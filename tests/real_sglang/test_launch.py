@@ -72,7 +72,7 @@ def _launched_url(build: subprocess.Popen[bytes], log: Path) -> str:
     """The URL of the server the build started, once it answers ``/health``."""
     wait_until(lambda: "starting the SGLang server" in log.read_text() or build.poll() is not None, 120)
     url = f"http://127.0.0.1:{launched_port(log.read_text())}"
-    wait_until(lambda: healthy(url) or build.poll() is not None, timeout=STARTUP)
+    wait_until(lambda: healthy(url, timeout=10) or build.poll() is not None, timeout=STARTUP)
     assert build.poll() is None, log.read_text()[-3000:]
     return url
 
