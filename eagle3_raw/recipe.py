@@ -993,6 +993,8 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     server["endpoints"] = list(recipe.server.endpoints)
     server["launch_args"] = list(recipe.server.launch_args)
     server["sglang"] = _sglang_dict(recipe.server.sglang)
+    if recipe.server.launch == "sglang":  # SGLang's own is server.sglang.startup_timeout
+        del server["startup_timeout"]
     sampling = recipe.sampling
     return {
         "name": recipe.name,

@@ -101,7 +101,9 @@ MODELS = [
 def post_json(url: str, path: str, body: dict[str, Any]) -> Any:
     import urllib.request
 
-    request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), method="POST")
+    headers = {"Content-Type": "application/json"}  # FastAPI (and the reference) 400 on a form body
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(f"{url}{path}", data=data, headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=30) as reply:
         return json.loads(reply.read())
 
