@@ -25,6 +25,16 @@ from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
 from eagle3_raw.reference.ledger import read_ledger
 from tests.support.pace import scaled
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+"""A tool the reference model calls (its rollouts and the real-SGLang ones share it)."""
+
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))

@@ -34,20 +34,20 @@ from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.rollout import History, Message, call_key, tool_call_id
 from eagle3_raw.run import journal_dir_for
 from eagle3_raw.sglang import ToolCall
-from tests.helpers import generations, reference_server, requested_rids, rid_run, write_jsonl, write_recipe
+from tests.helpers import (
+    WEATHER,
+    generations,
+    reference_server,
+    requested_rids,
+    rid_run,
+    write_jsonl,
+    write_recipe,
+)
 from tests.reference.wire import wait_until
 from tests.support.pace import scaled
 
 VERBATIM = Path(__file__).parent / "data" / "templates" / "verbatim.jinja"
 PARSERS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25")
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 TOPICS = ["rivers", "owls", "bread", "tides", "maps", "glass", "moss", "clocks", "trains", "stars"]
 
 

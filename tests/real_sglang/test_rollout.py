@@ -20,17 +20,9 @@ from eagle3_raw import sglang
 from eagle3_raw.prompts import Conversation
 from eagle3_raw.reference.model_files import load_tokenizer
 from eagle3_raw.rollout import History, Message, tool_call_id
-from tests.helpers import write_jsonl, write_recipe
+from tests.helpers import WEATHER, write_jsonl, write_recipe
 from tests.real_sglang.server import RealSGLang, post, tokenize_chat
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 CITIES = ("Oslo", "Paris", "Rome", "Lima", "Cairo", "Tokyo", "Quito", "Bern", "Accra", "Hanoi")
 GREEDY = {"max_new_tokens": 600, "temperature": 0.0}
 CITY = {"city": "Paris"}
