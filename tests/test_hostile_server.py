@@ -25,6 +25,7 @@ from eagle3_raw.journal import Journal
 from eagle3_raw.run import MAX_DEFAULT_IN_FLIGHT, _default_in_flight
 from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
 from tests.support.hostile import Forward, HostileServer, json_body
+from tests.support.pace import scaled
 
 PROMPT = [1, 2, 3, 4]
 VOCAB = 100
@@ -465,20 +466,23 @@ def test_a_slow_first_chat_render_is_waited_for_and_a_silent_one_stops_the_build
     """A server whose first chat render takes longer than the timeout still renders the prompts
     (the probe is tried again, never taken for "cannot render"); one that never answers it stops
     the build naming its /tokenize, and nothing is generated."""
+    # The probe's limit at the machine's pace: a forwarded render must fit in it under load, and
+    # the slow and silent renders are measured in it.
+    timeout = round(scaled(1.5), 1)
     write_prompts(tmp_path, 4)
     options = {"journal_dir": tmp_path / "journals", "progress": "none"}
     with reference_server(tmp_path) as (server, ledger):
-        slow = HostileServer({"/tokenize": _slow_chat_renders([2.0])}, worker=server.url)
+        slow = HostileServer({"/tokenize": _slow_chat_renders([2 * timeout])}, worker=server.url)
         with slow:
-            recipe = write_recipe(tmp_path, endpoints=[slow.url], server={"connect_timeout": 1})
+            recipe = write_recipe(tmp_path, endpoints=[slow.url], server={"connect_timeout": timeout})
             built = build(str(recipe), cache_dir=tmp_path / "cache", run_options=options)
         chats = [r for r in slow.requests if r.path == "/tokenize" and b'"messages"' in r.body]
         assert built.run_result is not None and built.run_result.target.render == "server"
         assert len(built.dataset) == 4 and len(chats) >= 2 + 4  # the probe twice, then every prompt
-        silent = HostileServer({"/tokenize": _slow_chat_renders([3.0] * 8)}, worker=server.url)
+        silent = HostileServer({"/tokenize": _slow_chat_renders([3 * timeout] * 8)}, worker=server.url)
         with silent:
             recipe = write_recipe(
-                tmp_path, endpoints=[silent.url], server={"connect_timeout": 1},
+                tmp_path, endpoints=[silent.url], server={"connect_timeout": timeout},
                 sampling={"max_new_tokens": 9},
             )  # fmt: skip
             with pytest.raises(

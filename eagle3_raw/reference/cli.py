@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.reference.launch import READY
+
 if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
 
@@ -212,7 +214,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         print(
-            f"reference server ready at {url} in {time.monotonic() - started:.2f} s",
+            f"{READY}{url} in {time.monotonic() - started:.2f} s",
             file=sys.stderr,
             flush=True,
         )

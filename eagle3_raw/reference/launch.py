@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 _POLL_SECONDS = 0.05
 
 KEY_VARIABLE = "EAGLE3_RAW_REFERENCE_API_KEY"
+READY = "reference server ready at "
+"""How the server's log says it holds its port and serves (``cli.serve`` writes it)."""
 """The child's environment variable that carries the API key (``--api-key-env``)."""
 
 #: serve-reference options a recipe's ``server.launch_args`` may give, and whether they take a value.
@@ -88,6 +90,7 @@ class ReferenceProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        self._log_start = self.log_path.stat().st_size  # where this process's lines begin
         command = [
             sys.executable,
             "-m",
@@ -116,7 +119,9 @@ class ReferenceProcess:
                 raise ServerUnreachable(
                     f"the reference server exited with code {self.process.returncode}{self._tail()}"
                 )
-            if healthy(self.url):
+            # Its own "ready" line first: another process that took the free port in between
+            # would answer /health for it, and this one then fails to bind.
+            if self._said_ready() and healthy(self.url):
                 return
             time.sleep(_POLL_SECONDS)
         self.kill()
@@ -124,6 +129,12 @@ class ReferenceProcess:
             f"the reference server did not answer within {self.startup_timeout:g} s (server.startup_timeout)"
             f"{self._tail()}"
         )
+
+    def _said_ready(self) -> bool:
+        """Whether the current process has logged that it is serving (it holds the port)."""
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_start)
+            return READY.encode() in log.read()
 
     def _tail(self, lines: int = 20) -> str:
         text = self.log_path.read_text(errors="replace").splitlines()[-lines:]

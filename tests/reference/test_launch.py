@@ -83,6 +83,15 @@ def test_a_given_port_is_used() -> None:
         assert server.port == port and get(f"http://127.0.0.1:{port}", "/health").status == 200
 
 
+def test_a_port_another_server_holds_is_not_taken_for_the_launched_one() -> None:
+    """The free port can be taken between choosing it and binding it (seen under pytest-xdist):
+    the other server answers /health, and the launch must not hand out its URL as its own."""
+    with launch_reference() as other:
+        with pytest.raises(ServerUnreachable, match=r"(?s)exited with code 1.*address already in use"):
+            launch_reference(port=other.port)
+        assert other.process.poll() is None
+
+
 def test_a_server_that_cannot_start_is_reported_with_its_log() -> None:
     with pytest.raises(
         ServerUnreachable, match=r"(?s)exited with code 2.*--slots and --ms-per-token go together"
