@@ -96,10 +96,17 @@ class SetWatcher:
 
     def scan(self) -> list[ShardStatus]:
         """Read what is new, and the counts of every shard (those not started included)."""
-        index = self.journal.generation_index()
         epoch = int((self.journal.manifest or {}).get("retry_epoch", 0))
+        rows = []
         for path, shard in self._outcome_files():
-            self._read_new(path, self._shards.setdefault(shard, _ShardScan()), index, epoch)
+            scan = self._shards.setdefault(shard, _ShardScan())
+            rows.append((scan, self._read_new(path, scan, epoch)))
+        # Ordering: the generation index is read after the outcomes. A writer makes a row's
+        # generation durable before the row, so every generation a row read here names is in it;
+        # an index read first missed the newest rows' generations, whose tokens then never counted.
+        index = self.journal.generation_index()
+        for scan, digests in rows:
+            scan.tokens += self._tokens(digests, index)
         now, self._markers = time.monotonic(), completed(self.directory)
         return [self._status(shard, now) for shard in self._all_shards()]
 
@@ -114,7 +121,8 @@ class SetWatcher:
             if match and is_shard(int(match[1]), int(match[2])):  # bounded: no state per claimed shard
                 yield path, (int(match[1]), int(match[2]))
 
-    def _read_new(self, path: Path, scan: _ShardScan, index: Any, epoch: int) -> None:
+    def _read_new(self, path: Path, scan: _ShardScan, epoch: int) -> npt.NDArray[Any]:
+        """Take in ``path``'s new entries; returns the generation digests of its new rows."""
         import numpy as np
 
         from eagle3_raw.journal.log import entry_offsets, read_entries
@@ -123,16 +131,17 @@ class SetWatcher:
         entries = read_entries(path.with_suffix(".idx"))[self._consumed.get(path.name, 0) :]
         self._consumed[path.name] = self._consumed.get(path.name, 0) + len(entries)
         if not len(entries):
-            return
+            return entries["key2"]
         offsets, kinds = entry_offsets(entries)
         keys = _packed(entries["key1"])
         rows = kinds == ROW
         scan.rows.append(keys[rows])
-        scan.tokens += self._tokens(entries["key2"][rows], index)
         for position in np.flatnonzero(kinds == FAILURE):
             info = self._outcome_info(path, int(offsets[position]), int(entries["length"][position]))
             if info.get("kind") == "skipped" or int(info.get("epoch", 0)) >= epoch:
                 scan.failures[int(keys[position])] = str(info.get("kind"))
+        digests: npt.NDArray[Any] = entries["key2"][rows]
+        return digests
 
     def _tokens(self, digests: npt.NDArray[Any], index: Any) -> int:
         total = 0
