@@ -20,6 +20,7 @@ slot), then its rows go on like planned ones, the samples side by side. A
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -290,7 +291,8 @@ class Dispatcher:
         finally:
             self.in_flight.pop(rid, None)
         await self.pool.release(endpoint, ok=True)
-        return generation
+        # rows name the endpoint by its index: its URL is a host name that a published set must not carry
+        return dataclasses.replace(generation, meta={**generation.meta, "endpoint": endpoint.name})
 
     def journal_row(
         self, job: Job, generation: sglang.Generation, attempts: int, extra: Mapping[str, Any] | None = None

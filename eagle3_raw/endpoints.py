@@ -31,6 +31,9 @@ class Endpoint:
 
     url: str
     limit: int
+    name: str = ""
+    """What rows record as ``meta.endpoint``: the endpoint's index in the run's list ("0", "1", ...),
+    never its URL (a published set must not name a cluster's hosts)."""
     in_flight: int = 0
     healthy: bool = True
     consecutive_failures: int = 0

@@ -172,13 +172,16 @@ def _load_tokenizer(name: str, revision: str | None, *, trust_remote_code: bool)
     from transformers import AutoTokenizer
 
     from eagle3_raw.errors import RecipeError
+    from eagle3_raw.hub_reach import hub_local_files_only
     from eagle3_raw.recipe import REFERENCE_TOKENIZER
     from eagle3_raw.resources import reference_model_dir
 
     source = str(reference_model_dir()) if name == REFERENCE_TOKENIZER else name
+    local = name == REFERENCE_TOKENIZER or Path(name).is_dir()
+    cached = not local and hub_local_files_only("tokenizer", name, revision)
     try:
         tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
-            source, revision=revision, trust_remote_code=trust_remote_code
+            source, revision=revision, trust_remote_code=trust_remote_code, local_files_only=cached
         )
     except Exception as exc:  # transformers raises many kinds (OSError, ValueError, HTTP errors)
         cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

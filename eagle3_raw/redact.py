@@ -10,8 +10,10 @@ credentials, bearer tokens and keys recognizable by their form (``hf_...``, ``sk
 from __future__ import annotations
 
 import re
+import shlex
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -95,3 +97,61 @@ def public_url(url: str) -> str:
     netloc = f"[{host}]" if ":" in host else host
     netloc += f":{parts.port}" if parts.port else ""
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+_PACKAGE_FILES = ("__main__", "__init__")
+_PACKAGES = re.compile(r".*/(?:site|dist)-packages/(?P<module>[^ ]+)\.py")
+
+
+def public_command(command: str) -> str:
+    """``command`` (a server's launch command line) without the launching machine's install paths,
+    secrets redacted (:func:`scrub_text`): an interpreter named by its path is ``python``; a script
+    of a package (``/venv/.../eagle3_raw/reference/__main__.py``, what ``python -m`` puts in
+    ``sys.argv[0]``) is ``python -m <module>``; another program named by its path is its file name,
+    and so is every absolute path among the arguments (``--model-path /home/a/models/Qwen3-8B`` is
+    ``--model-path Qwen3-8B``).
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not a shell command line: nothing to take apart
+        return scrub_text(command)
+    if not words:
+        return scrub_text(command)
+    head: list[str] = []
+    if _PYTHON.fullmatch(PurePosixPath(words[0]).name):
+        head, words = ["python"], words[1:]
+    if words and "/" in words[0] and words[0].endswith(".py"):
+        module = _module_of(words[0])
+        head = ["python", *(["-m", module] if module else [PurePosixPath(words[0]).name])]
+        words = words[1:]
+    elif not head and "/" in words[0]:
+        head, words = [PurePosixPath(words[0]).name], words[1:]
+    return scrub_text(shlex.join([*head, *map(_file_name, words)]))
+
+
+def _file_name(word: str) -> str:
+    """An absolute path argument (``/home/a/ledger.jsonl``, ``--ledger=/home/a/l.jsonl``) as its
+    file name: the folders are the launching machine's."""
+    flag, equals, value = word.partition("=") if word.startswith("-") else ("", "", word)
+    if not value.startswith("/") or PurePosixPath(value).name == "":
+        return word
+    return f"{flag}{equals}{PurePosixPath(value).name}"
+
+
+def _module_of(script: str) -> str | None:
+    """The dotted module a script path is (its package folders up to the first without an
+    ``__init__.py``, or what follows ``site-packages/``), None when it is none."""
+    path = Path(script)
+    packages: list[str] = []
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        packages.insert(0, folder.name)
+        folder = folder.parent
+    if packages:
+        return ".".join([*packages, *([] if path.stem in _PACKAGE_FILES else [path.stem])])
+    found = _PACKAGES.fullmatch(script)
+    if found is None:
+        return None
+    dotted = found["module"].split("/")
+    return ".".join(dotted[:-1] if dotted[-1] in _PACKAGE_FILES else dotted) or None

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw.errors import PromptFormatError, RecipeError
+from eagle3_raw.hub_reach import hub_local_files_only
 from eagle3_raw.prompts import Conversation
 from eagle3_raw.recipe import Recipe, did_you_mean, is_hub_id, tokenizer_path
 from eagle3_raw.template_limits import compile_bounded, guard_templates
@@ -213,7 +214,12 @@ class Renderer:
         from huggingface_hub import hf_hub_download
 
         try:
-            return Path(hf_hub_download(self._model.tokenizer, name, revision=self._model.revision))
+            cached = hub_local_files_only("model.tokenizer", self._model.tokenizer, self._model.revision)
+            return Path(
+                hf_hub_download(
+                    self._model.tokenizer, name, revision=self._model.revision, local_files_only=cached
+                )
+            )
         except Exception:  # best effort: a missing optional file is not an error
             return None
 
@@ -235,9 +241,13 @@ def load_tokenizer(recipe: Recipe) -> PreTrainedTokenizerBase:
 
     local = tokenizer_path(recipe)
     source = str(local) if local is not None else recipe.model.tokenizer
+    cached = local is None and hub_local_files_only("model.tokenizer", source, recipe.model.revision)
     try:
         return AutoTokenizer.from_pretrained(
-            source, revision=recipe.model.revision, trust_remote_code=recipe.model.trust_remote_code
+            source,
+            revision=recipe.model.revision,
+            trust_remote_code=recipe.model.trust_remote_code,
+            local_files_only=cached,
         )
     except Exception as exc:  # transformers raises many kinds (OSError, ValueError, HTTP errors)
         raise RecipeError(
@@ -345,7 +355,12 @@ def _tokenizer_file(recipe: Recipe, name: str) -> Path | None:
     from huggingface_hub import hf_hub_download
 
     try:
-        return Path(hf_hub_download(recipe.model.tokenizer, name, revision=recipe.model.revision))
+        cached = hub_local_files_only("model.tokenizer", recipe.model.tokenizer, recipe.model.revision)
+        return Path(
+            hf_hub_download(
+                recipe.model.tokenizer, name, revision=recipe.model.revision, local_files_only=cached
+            )
+        )
     except Exception:  # best effort: the tokenizer load reports real problems
         return None
 

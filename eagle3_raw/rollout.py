@@ -277,9 +277,9 @@ class RolloutRunner:
         generation, attempts = result
         if generation.text is None:
             raise FatalError(
-                f"{generation.meta.get('endpoint')} returned no text for row {job.row_id}: a rollout parses "
-                "each turn's text as the server's chat API does (a server with --skip-tokenizer-init cannot "
-                "run rollouts)"
+                f"endpoint {generation.meta.get('endpoint')} returned no text for row {job.row_id}: a "
+                "rollout parses each turn's text as the server's chat API does (a server with "
+                "--skip-tokenizer-init cannot run rollouts)"
             )
         self.d.journal_row(job, generation, attempts, _row_info(job.prompt_ids, previous))
         return Turn(

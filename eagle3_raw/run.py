@@ -496,7 +496,8 @@ def _make_pool(
     ]
     limits = _within_descriptors(limits)
     endpoints = [
-        Endpoint(url, limit, healthy=url not in down) for url, limit in zip(urls, limits, strict=True)
+        Endpoint(url, limit, name=str(i), healthy=url not in down)
+        for i, (url, limit) in enumerate(zip(urls, limits, strict=True))
     ]
     pool = EndpointPool(endpoints, checks.readmit, wait_for_server=recipe.server.wait_for_server)
     for endpoint in endpoints:

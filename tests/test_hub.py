@@ -444,6 +444,37 @@ def test_no_token_or_server_key_reaches_the_hub_or_the_log(
     assert published["server"]["api_key_env"] == "E3RAW_TEST_KEY"
 
 
+def test_a_published_set_names_no_host_and_no_install_path(
+    emulator: HubServer, token: str, tmp_path: Path
+) -> None:
+    """Issue 21, finding 9: rows carried ``meta.endpoint`` (a cluster's host name), the published
+    recipe its endpoints, the manifest's ``launch_command`` the local install path."""
+    install = str(Path(eagle3_raw.__file__).resolve().parent.parent)  # this checkout (or site-packages)
+    with reference_server(tmp_path) as (server, _):
+        port = server.url.rsplit(":", 1)[1]
+        hosts = [f"http://localhost:{port}", server.url]  # two names of one server: two endpoints
+        recipe = _recipe(tmp_path / "r", server={"launch": None, "endpoints": hosts}, prompts={"limit": 8})
+        _push(recipe, tmp_path, tag="v1")
+    rows = _load(REPO, "haiku", "v1", token)
+    assert len(rows) == 8 and {meta["endpoint"] for meta in rows["meta"]} <= {"0", "1"}
+    files = emulator.files(REPO, "v1")
+    published = yaml.safe_load(files["recipes/haiku.yaml"])
+    assert published["server"]["endpoints"] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    launch = orjson.loads(files["recipes/haiku.manifest.json"])["server"]["server_info"]["launch_command"]
+    assert launch.startswith("python -m eagle3_raw.reference --host 127.0.0.1"), launch
+    for needle in (f"localhost:{port}", f"127.0.0.1:{port}", install, sys.prefix, str(tmp_path)):
+        assert emulator.find_bytes(needle) == [], needle
+    assert load_recipe(recipe).fingerprint == published_fingerprint(files, tmp_path / "download")
+
+
+def published_fingerprint(files: dict[str, bytes], folder: Path) -> str:
+    """The fingerprint of the published recipe, loaded from a copy of the repo's files."""
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return load_recipe(folder / "recipes" / "haiku.yaml").fingerprint
+
+
 def test_a_secret_in_the_recipe_text_is_refused(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -559,7 +590,7 @@ def test_published_recipe_ships_a_prompt_folder_and_template_and_keeps_the_finge
     ]
     assert published.data["prompts"]["source"] == "mix/prompts/prompts"
     assert published.data["model"]["chat_template"] == "mix/chat_template/template.jinja"
-    assert published.data["server"]["endpoints"] == ["http://h:1"]
+    assert published.data["server"]["endpoints"] == ["http://127.0.0.1:30000"]  # a stand-in, not h
     assert published.prompt_source == "local"
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from eagle3_raw import redact
 from eagle3_raw.redact import REDACTED, scrub, scrub_args, scrub_text
 
 KEY = "s3cr3t-e3raw-value"
@@ -84,3 +87,16 @@ def test_what_is_not_a_secret_stays(text: str) -> None:
 def test_scrub_redacts_inside_nested_values() -> None:
     clean = scrub({"launch_command": f"serve --api-key {KEY}", "args": ["--api-key", KEY], "api_key": KEY})
     assert KEY not in str(clean) and "api_key" not in clean
+
+
+def test_a_launch_command_is_published_without_install_paths() -> None:
+    """Issue 21, finding 9: the manifest's ``launch_command`` named the local install path."""
+    main = Path(redact.__file__).parent / "reference" / "__main__.py"  # what -m puts in sys.argv[0]
+    reference = redact.public_command(f"{main} --port 1 --ledger /home/a/l.jsonl --api-key {KEY}")
+    assert reference == "python -m eagle3_raw.reference --port 1 --ledger l.jsonl --api-key <redacted>"
+    sglang = "/home/a/venv/bin/python3.11 -m sglang.launch_server --model-path /models/Qwen3-8B --tp 8"
+    assert redact.public_command(sglang) == "python -m sglang.launch_server --model-path Qwen3-8B --tp 8"
+    script = "/opt/venv/bin/python /opt/venv/lib/python3.11/site-packages/sglang/launch_server.py --x=/a/b"
+    assert redact.public_command(script) == "python -m sglang.launch_server --x=b"
+    assert redact.public_command("/usr/local/bin/sglang serve") == "sglang serve"
+    assert redact.public_command('not "a command') == 'not "a command'

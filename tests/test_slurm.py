@@ -46,11 +46,25 @@ def _recipe(tmp_path: Path) -> Path:
     return write_recipe(tmp_path, endpoints=[], server=server, sampling={"max_new_tokens": 48})
 
 
+def _node_python(tmp_path: Path) -> str:
+    """A folder whose ``python`` (this test's interpreter, each use recorded in ``node-python.log``)
+    stands for the nodes' venv; the ``--setup`` line that puts it first on the jobs' PATH."""
+    folder = tmp_path / "node-venv" / "bin"
+    folder.mkdir(parents=True)
+    log = tmp_path / "node-python.log"
+    (folder / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {sys.executable} "$@"\n')
+    (folder / "python").chmod(0o755)
+    return f'export PATH={folder}:"$PATH"'
+
+
 def _generate(tmp_path: Path, recipe: Path, *extra: str, env: dict[str, str] | None = None) -> str:
+    """``eagle3-raw slurm`` run as a user does (a subprocess); its stdout. The jobs find the
+    interpreter through a ``--setup`` line (:func:`_node_python`) unless ``extra`` sets up its own."""
+    setup = [] if "--setup" in extra or "--command" in extra else ["--setup", _node_python(tmp_path)]
     done = subprocess.run(
         [sys.executable, "-m", "eagle3_raw.cli", "slurm", str(recipe), "--shards", str(_SHARDS),
          "--journal-dir", str(tmp_path / "journals"), "--job-dir", str(tmp_path / "job"),
-         "--cache-dir", str(tmp_path / "cache"), "--cpus-per-task", "1", *extra],
+         "--cache-dir", str(tmp_path / "cache"), "--cpus-per-task", "1", *setup, *extra],
         capture_output=True, text=True, timeout=scaled(120), env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -93,19 +107,77 @@ def _check(tmp_path: Path, recipe: Path, kept: set[str], restarted: Path, logs: 
 def test_the_scripts_say_what_slurm_must_do(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     shown = _generate(tmp_path, recipe, "--partition", "gpu", "--time", "24:00:00", "--gpus", "8",
-                      "--parallel", "1", "--sbatch-arg=--account=abc", "--setup", "module load cuda",
-                      "--push", "org/name", "--tag", "v1")  # fmt: skip
+                      "--parallel", "1", "--sbatch-arg=--account=abc", "--sbatch-arg=--gres=gpu:8",
+                      "--setup", "module load cuda", "--push", "org/name", "--tag", "v1")  # fmt: skip
     shards, merge = (
         (tmp_path / "job" / "shards.sbatch").read_text(),
         (tmp_path / "job" / "merge.sbatch").read_text(),
     )
     for option in ("--array=0-1%1", "--requeue", "--signal=B:USR1@300", "--open-mode=append", "--gpus=8",
-                   "--partition=gpu", "--time=24:00:00", "--account=abc", "%x-%A_%a.out"):  # fmt: skip
+                   "--partition=gpu", "--time=24:00:00", "--account=abc", "--gres=gpu:8",
+                   "%x-%A_%a.out"):  # fmt: skip
         assert f"#SBATCH {option}" in shards or option in shards, option
     assert "--shard auto" in shards and 'scontrol requeue "$task"' in shards and "module load cuda" in shards
-    assert "#SBATCH --time=01:00:00" in merge and "--gpus" not in merge
+    assert "#SBATCH --time=01:00:00" in merge and "#SBATCH --account=abc" in merge
+    # the merge is CPU work: no GPU asked, and not the GPU partition (the cluster's default one)
+    assert "--gpus" not in merge and "--gres" not in merge and "--partition" not in merge
     assert " merge " in merge and " push " in merge and "--repo org/name --tag v1" in merge
     assert "sbatch --dependency=afterok:" in shown
+
+
+def test_the_merge_job_goes_to_its_own_partition(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path)
+    _generate(tmp_path, recipe, "--partition", "gpu", "--merge-partition", "cpu", "--gpus", "8")
+    merge = (tmp_path / "job" / "merge.sbatch").read_text()
+    assert "#SBATCH --partition=cpu" in merge and "gpu" not in merge
+    assert "#SBATCH --partition=gpu" in (tmp_path / "job" / "shards.sbatch").read_text()
+
+
+def _recorder(folder: Path, name: str, log: Path) -> None:
+    """``folder/name``: a program that only records how it was called."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {log}\n')
+    (folder / name).chmod(0o755)
+
+
+def _run_job(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``bash JOB_DIR/<script>`` with the variables SLURM sets for array task 0."""
+    variables = {"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "0", "SLURM_JOB_ID": "8"}
+    return subprocess.run(["bash", str(tmp_path / "job" / script)], env={**os.environ, **variables},
+                          capture_output=True, text=True, timeout=scaled(60))  # fmt: skip
+
+
+def test_the_setup_lines_choose_the_interpreter_the_jobs_run(tmp_path: Path) -> None:
+    """Issue 21, finding 9: the scripts named this machine's own Python, so ``--setup 'source
+    /shared/venv/bin/activate'`` chose nothing. The ``python`` the setup puts first runs both jobs."""
+    recipe, log = _recipe(tmp_path), tmp_path / "calls.log"
+    _recorder(tmp_path / "venv" / "bin", "python", log)
+    _generate(tmp_path, recipe, "--setup", f'export PATH={tmp_path / "venv" / "bin"}:"$PATH"')
+    for script in ("shards.sbatch", "merge.sbatch"):
+        assert sys.executable not in (tmp_path / "job" / script).read_text()
+        done = _run_job(tmp_path, script)
+        assert done.returncode == 0, done.stderr
+        assert f"running {tmp_path / 'venv' / 'bin' / 'python'}" in done.stdout
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and all(call.startswith("python -m eagle3_raw.cli ") for call in calls)
+    assert calls[0].startswith(f"python -m eagle3_raw.cli build {recipe} --shard auto")
+    assert calls[1].startswith(f"python -m eagle3_raw.cli merge {recipe} --journal-dir")
+
+
+def test_command_names_another_program_and_a_missing_one_is_said(tmp_path: Path) -> None:
+    recipe, log = _recipe(tmp_path), tmp_path / "calls.log"
+    _recorder(tmp_path / "tools", "site-e3", log)
+    _generate(tmp_path, recipe, "--setup", f"PATH={tmp_path / 'tools'}:\"$PATH\"",
+              "--command", "site-e3 --flag")  # fmt: skip
+    assert _run_job(tmp_path, "merge.sbatch").returncode == 0
+    assert log.read_text().startswith(f"site-e3 --flag merge {recipe} --journal-dir")
+
+    _generate(tmp_path, recipe, "--command", "site-e3 --flag")  # no setup line: not on the PATH
+    for script in ("shards.sbatch", "merge.sbatch"):
+        done = _run_job(tmp_path, script)
+        assert done.returncode == 2 and "site-e3 is not found on" in done.stderr, done.stderr
+        assert "--setup" in done.stderr and "--command" in done.stderr and "Traceback" not in done.stderr
+    assert len(log.read_text().splitlines()) == 1  # nothing else ran
 
 
 @pytest.mark.parametrize(
@@ -162,6 +234,8 @@ def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:
                            timeout=scaled(120))  # fmt: skip
     assert merge.returncode == 0 and f"rows              {_PROMPTS}" in merge.stdout, merge.stderr[-3000:]
     assert "starting the SGLang server" not in merge.stderr  # the merge starts no server
+    ran = (tmp_path / "node-python.log").read_text()  # the nodes' python, chosen by --setup
+    assert ran.count("-m eagle3_raw.cli build ") == 3 and ran.count("-m eagle3_raw.cli merge ") == 1
     _check(tmp_path, recipe, kept, restarted, logs)
 
 

@@ -35,7 +35,8 @@ def _add_slurm(sub: SubParsers) -> None:
     add("--shards", type=int, required=True, metavar="N", help="array tasks (shards)")
     add("--journal-dir", type=Path, required=True, help="journal root on storage every node shares")
     add("--job-dir", type=Path, help="where the scripts and logs go (default: ./eagle3-raw-slurm-<name>)")
-    add("--partition")
+    add("--partition", help="the shard tasks' partition")
+    add("--merge-partition", help="the merge job's partition (no GPU needed; default: the cluster's default)")
     add("--time", help="time limit of a shard task, e.g. 24:00:00")
     add("--merge-time", default="01:00:00", help="time limit of the merge job (default 01:00:00)")
     add("--gpus", type=int, help="GPUs per shard task (--gpus)")
@@ -48,7 +49,8 @@ def _add_slurm(sub: SubParsers) -> None:
         help="another #SBATCH option for both jobs, e.g. --sbatch-arg=--account=abc")  # fmt: skip
     add("--setup", action="append", default=[], metavar="LINE",
         help="a shell line run first in both jobs, e.g. 'source /shared/venv/bin/activate'")  # fmt: skip
-    add("--command", help="how nodes run eagle3-raw (default: this Python -m eagle3_raw.cli)")
+    add("--command", help="how nodes run eagle3-raw, resolved on the node after --setup "
+        "(default: 'python -m eagle3_raw.cli', the python the node's PATH gives)")  # fmt: skip
     add("--cache-dir", type=Path, help="the merge's datasets cache (default: HF_DATASETS_CACHE)")
     add("--output-dir", type=Path, help="the merge also writes the set as Parquet here")
     add("--push", metavar="ORG/NAME", help="after the merge, push the set to this Hub repo")
@@ -61,7 +63,7 @@ def _add_slurm(sub: SubParsers) -> None:
 def _slurm(args: argparse.Namespace) -> int:
     import shlex
 
-    from eagle3_raw.cluster.slurm import SlurmJob, submit, write_scripts
+    from eagle3_raw.cluster.slurm import SlurmJob, interpreter_note, submit, write_scripts
     from eagle3_raw.recipe import find_recipe_file, load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)  # checked here, not on the nodes
@@ -70,7 +72,8 @@ def _slurm(args: argparse.Namespace) -> int:
     job = SlurmJob(
         recipe=find_recipe_file(args.recipe), shards=args.shards, journal_dir=args.journal_dir.resolve(),
         job_dir=(args.job_dir or Path(f"eagle3-raw-slurm-{recipe.name}")).resolve(), name=recipe.name,
-        overrides=tuple(args.overrides), partition=args.partition, time=args.time, merge_time=args.merge_time,
+        overrides=tuple(args.overrides), partition=args.partition, merge_partition=args.merge_partition,
+        time=args.time, merge_time=args.merge_time,
         gpus=args.gpus, cpus_per_task=args.cpus_per_task, mem=args.mem, parallel=args.parallel,
         signal_seconds=args.signal_seconds, sbatch_args=tuple(args.sbatch_args), setup=tuple(args.setup),
         cache_dir=args.cache_dir.resolve() if args.cache_dir else None,
@@ -79,6 +82,9 @@ def _slurm(args: argparse.Namespace) -> int:
     )  # fmt: skip
     scripts = write_scripts(job)
     print(f"shards job        {scripts.shards}\nmerge job         {scripts.merge}")
+    print(printable(f"nodes run         {shlex.join(job.command)} (as each node resolves it after --setup)"))
+    if (note := interpreter_note(job)) is not None:
+        print(printable(note), file=sys.stderr)
     if not args.submit:
         print("submit with:\n  " + "\n  ".join(scripts.submit_commands()))
         return 0

@@ -14,7 +14,13 @@ Two sbatch scripts are written into the job folder:
   reports them.
 - ``merge.sbatch``: ``eagle3-raw merge`` (then ``push`` if asked), submitted with
   ``--dependency=afterok:<array job>``: it runs once every task has succeeded; it sends no request
-  and starts no server (the target is the journal's record of the shards' launch).
+  and starts no server (the target is the journal's record of the shards' launch). It asks for no
+  GPU (``--gpus`` and GPU requests among ``--sbatch-arg`` go to the shards only) and goes to
+  ``merge_partition`` (default: none, the cluster's default partition), not the shards' partition.
+
+Both run ``python -m eagle3_raw.cli`` as the node resolves it: the first ``python`` on its ``PATH``
+once the ``setup`` lines have run (``source /shared/venv/bin/activate``), never the submitting
+machine's own interpreter path; ``command`` names another one.
 
 Why our own generator and not datatrove's ``SlurmPipelineExecutor`` (datatrove 0.10.1, read for
 this): its unit of work is a pickled (dill) datatrove pipeline with its own completion files and
@@ -27,14 +33,19 @@ limit, ``%A_%a`` logs, ``--array=0-N%K``, a dependent ``afterok`` job after the 
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_raw.errors import FatalError, RecipeError
+
+DEFAULT_COMMAND = ("python", "-m", "eagle3_raw.cli")
+"""How the nodes run eagle3-raw unless told otherwise: the ``python`` their ``PATH`` gives."""
 
 BUILD_INTERRUPTED = 130
 """``eagle3-raw build``'s exit code when stopped by a signal (``eagle3_raw.cli.EXIT_INTERRUPTED``)."""
@@ -65,8 +76,10 @@ class SlurmJob:
     """More ``#SBATCH`` options for both jobs, e.g. ``--account=abc``."""
     setup: tuple[str, ...] = ()
     """Shell lines run before the commands (``module load ...``, ``source venv/bin/activate``)."""
-    command: tuple[str, ...] = field(default_factory=lambda: (sys.executable, "-m", "eagle3_raw.cli"))
-    """How the nodes run eagle3-raw (default: this Python, which must be on shared storage)."""
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    """How the nodes run eagle3-raw, resolved on the node after the ``setup`` lines."""
+    merge_partition: str | None = None
+    """The merge job's partition (it needs no GPU); None: the cluster's default."""
     cache_dir: Path | None = None
     output_dir: Path | None = None
     push: tuple[str, ...] = ()
@@ -85,11 +98,13 @@ class SlurmJob:
         values: dict[str, Sequence[str | None]] = {
             "--partition": [self.partition], "--time": [self.time], "--merge-time": [self.merge_time],
             "--mem": [self.mem], "--sbatch-arg": self.sbatch_args, "--set": self.overrides,
-            "--push": self.push,
+            "--push": self.push, "--merge-partition": [self.merge_partition],
         }  # fmt: skip
         for option, items in values.items():
             for value in items:
                 check_one_line(option, value)
+        if not self.command:
+            raise RecipeError("--command", "", "expected a command, e.g. 'python -m eagle3_raw.cli'")
 
 
 def check_one_line(option: str, value: object) -> None:
@@ -114,6 +129,22 @@ class SlurmScripts:
             f"id=$(sbatch --parsable {shlex.quote(str(self.shards))})",
             f"sbatch --dependency=afterok:${{id%%;*}} {shlex.quote(str(self.merge))}",
         ]
+
+
+def interpreter_note(job: SlurmJob) -> str | None:
+    """A note when, with neither ``setup`` nor ``command``, this machine's ``PATH`` gives a
+    ``python`` other than the one running now (the nodes, given the same ``PATH`` by sbatch, would
+    run that one); else None."""
+    if job.setup or job.command != DEFAULT_COMMAND:
+        return None
+    found = shutil.which("python")
+    if found is not None and Path(found).parent == Path(sys.executable).parent:
+        return None
+    return (
+        f"note: the jobs run `python -m eagle3_raw.cli` as the nodes' PATH gives it (here: {found or 'none'},"
+        f" not this eagle3-raw's {sys.executable}); choose it with --setup 'source /shared/venv/bin/activate'"
+        " or --command"
+    )
 
 
 def write_scripts(job: SlurmJob) -> SlurmScripts:
@@ -151,20 +182,23 @@ def shards_script(job: SlurmJob) -> str:
     options = [
         f"--job-name={_job_name(job.name)}", f"--array={array}", "--nodes=1", "--ntasks=1", "--requeue",
         "--open-mode=append", f"--signal=B:USR1@{job.signal_seconds}",
-        f"--output={job.job_dir / 'logs' / '%x-%A_%a.out'}", *_resources(job, job.time),
+        f"--output={job.job_dir / 'logs' / '%x-%A_%a.out'}",
+        *_resources(job.partition, job.time, job.sbatch_args),
         *([f"--gpus={job.gpus}"] if job.gpus else []),
         *([f"--cpus-per-task={job.cpus_per_task}"] if job.cpus_per_task else []),
         *([f"--mem={job.mem}"] if job.mem else []),
     ]  # fmt: skip
     build = _eagle3_raw(job, "build", "--shard", "auto", "--journal-dir", str(job.journal_dir), "--quiet")
-    return _script(options, job.setup, _SHARD_BODY.format(build=build, interrupted=BUILD_INTERRUPTED))
+    return _script(options, job, _SHARD_BODY.format(build=build, interrupted=BUILD_INTERRUPTED))
 
 
 def merge_script(job: SlurmJob) -> str:
-    """The merge job's script: merge (and push), no GPU, no server."""
+    """The merge job's script: merge (and push), no GPU, no server, its own partition."""
+    no_gpus = [option for option in job.sbatch_args if not asks_for_gpus(option)]
     options = [
         f"--job-name={_job_name(job.name)}-merge", "--nodes=1", "--ntasks=1",
-        f"--output={job.job_dir / 'logs' / '%x-%j.out'}", *_resources(job, job.merge_time),
+        f"--output={job.job_dir / 'logs' / '%x-%j.out'}",
+        *_resources(job.merge_partition, job.merge_time, no_gpus),
     ]  # fmt: skip
     outputs = [*(["--cache-dir", str(job.cache_dir)] if job.cache_dir else [])]
     merge = _eagle3_raw(job, "merge", "--journal-dir", str(job.journal_dir), *outputs,
@@ -172,15 +206,21 @@ def merge_script(job: SlurmJob) -> str:
     lines = [merge]
     if job.push:
         lines.append(_eagle3_raw(job, "push", *job.push, "--journal-dir", str(job.journal_dir), *outputs))
-    return _script(options, job.setup, "set -e\n" + "\n".join(lines) + "\n")
+    return _script(options, job, "set -e\n" + "\n".join(lines) + "\n")
 
 
-def _resources(job: SlurmJob, time: str | None) -> list[str]:
-    return [
-        *([f"--partition={job.partition}"] if job.partition else []),
-        *([f"--time={time}"] if time else []),
-        *job.sbatch_args,
-    ]
+def _resources(partition: str | None, time: str | None, sbatch_args: Sequence[str]) -> list[str]:
+    return [*([f"--partition={partition}"] if partition else []), *([f"--time={time}"] if time else []),
+            *sbatch_args]  # fmt: skip
+
+
+_GPU_OPTION = re.compile(r"(--gres|--gpus|--gpu-|--gpu=|-G|--\w+-per-gpu)")
+
+
+def asks_for_gpus(option: str) -> bool:
+    """True for an ``#SBATCH`` option that requests GPUs or other generic resources (``--gres``,
+    ``--gpus*``, ``-G``, ``--mem-per-gpu``, ...): the merge job gets none of them."""
+    return _GPU_OPTION.match(option) is not None
 
 
 def _eagle3_raw(job: SlurmJob, subcommand: str, *args: str) -> str:
@@ -192,14 +232,28 @@ def _job_name(name: str) -> str:
     return f"e3-{name}"[:64]
 
 
-def _script(options: Sequence[str], setup: Sequence[str], body: str) -> str:
+def _script(options: Sequence[str], job: SlurmJob, body: str) -> str:
     for option in options:  # every #SBATCH line is one line, whatever made it (paths too)
         check_one_line("#SBATCH", option)
     header = "\n".join(f"#SBATCH {shlex.quote(option)}" for option in options)
     return (
         f"#!/bin/bash\n{header}\n# generated by eagle3-raw slurm (see eagle3_raw/cluster/slurm.py)\n"
-        "set -uo pipefail\nexport PYTHONUNBUFFERED=1\n" + "".join(f"{line}\n" for line in setup) + body
+        "set -uo pipefail\nexport PYTHONUNBUFFERED=1\n"
+        + "".join(f"{line}\n" for line in job.setup)
+        + _FIND_COMMAND.format(program=shlex.quote(job.command[0]))
+        + body
     )
+
+
+_FIND_COMMAND = """\
+# the program as this node resolves it, after the setup lines above
+if ! command -v {program} >/dev/null 2>&1; then
+  echo "eagle3-raw: "{program}" is not found on $(hostname) (PATH=$PATH); choose the interpreter with \\
+--setup 'source /shared/venv/bin/activate' or name the command with --command" >&2
+  exit 2
+fi
+echo "eagle3-raw: running $(command -v {program})"
+"""
 
 
 _SHARD_BODY = """\

@@ -2,7 +2,8 @@
 
 Built from the set as pushed (rows, tokens, lengths), the journal (target, server identity, skips
 and failures, a Hub source's commit, whether the set is partial) and the installed versions.
-Server facts pass through :func:`~eagle3_raw.redact.scrub`. It has no timestamp of the push, so
+Server facts pass through :func:`~eagle3_raw.redact.scrub`; the server's launch command carries
+no install path (:func:`~eagle3_raw.redact.public_command`). It has no timestamp of the push, so
 pushing the same set twice uploads the same manifest.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 from eagle3_raw.hub.published import PublishedRecipe
 from eagle3_raw.hub.sets import SetScan
 from eagle3_raw.recipe import Recipe
-from eagle3_raw.redact import scrub, scrub_text
+from eagle3_raw.redact import public_command, scrub, scrub_text
 
 MANIFEST_FORMAT = 1
 
@@ -78,6 +79,9 @@ def _server_facts(server: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     keys = ("model_path", "served_model_name", "weight_version", "version", "server_info", "model_info")
     facts: dict[str, Any] = scrub({key: server[key] for key in keys if key in server})
+    info = facts.get("server_info")
+    if isinstance(info, dict) and isinstance(info.get("launch_command"), str):
+        facts["server_info"] = {**info, "launch_command": public_command(info["launch_command"])}
     return facts
 
 

@@ -35,7 +35,7 @@ from eagle3_raw.recipe import (
     prompt_source_files,
     tokenizer_path,
 )
-from eagle3_raw.redact import is_secret_name, public_url, scrub
+from eagle3_raw.redact import is_secret_name, scrub
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,21 @@ def _check_inside(recipe: Recipe, field: str, path: Path) -> None:
         )
 
 
+STAND_IN_PORT = 30000
+"""A published recipe's endpoints are ``http://127.0.0.1:30000``, ``...:30001``, ...: as many as
+the build had, none of its hosts (a reproduce sends only where ``--set server.endpoints`` says)."""
+
+
 def _public_server(server: dict[str, Any]) -> dict[str, Any]:
-    """The server section without secrets; ``api_key_env`` stays (a variable's name, not its value)."""
+    """The server section without secrets; ``api_key_env`` stays (a variable's name, not its value).
+    Endpoints are replaced by stand-ins on 127.0.0.1 (``STAND_IN_PORT``): a cluster's host names
+    and ports are not published."""
     kept = {"api_key_env"}
     public = {
         k: v if k in kept else scrub(v) for k, v in server.items() if k in kept or not is_secret_name(k)
     }
-    public["endpoints"] = [public_url(url) for url in server.get("endpoints") or []]
+    count = len(server.get("endpoints") or [])
+    public["endpoints"] = [f"http://127.0.0.1:{STAND_IN_PORT + i}" for i in range(count)]
     return public
 
 
