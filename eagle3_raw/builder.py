@@ -37,7 +37,8 @@ VERSION = datasets.Version("1.1.0")
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(
-    {"journal_dir", "retry_failed", "progress", "log_interval", "generate", "partial", "disk_wait"}
+    {"journal_dir", "retry_failed", "progress", "log_interval", "generate", "partial", "disk_wait",
+     "early_stop"}
 )
 
 

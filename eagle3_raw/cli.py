@@ -1,4 +1,4 @@
-"""The ``eagle3-raw`` command line: build, merge, push, reproduce, export, inspect, stats,
+"""The ``eagle3-raw`` command line: build, validate, merge, push, reproduce, export, inspect, stats,
 journals, slurm, ray, status, serve-reference.
 
 Exit codes (README, "Exit codes"): 0 done; 1 an error, printed as one line; 2 a usage error
@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"eagle3-raw {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_build(sub)
+    _add_validate(sub)
     _add_merge(sub)
     _add_hub(sub)
     _add_looking(sub)
@@ -93,6 +94,8 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from eagle3_raw.earlystop import DEFAULT_EARLY_STOP
+
     add = parser.add_argument
     add(
         "--journal-dir",
@@ -109,6 +112,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long a full journal disk is waited for (no new request meanwhile) before the run stops, "
         "keeping the rows it holds in the spill folder it names (default 600)",
     )  # fmt: skip
+    add(
+        "--early-stop", type=int, default=DEFAULT_EARLY_STOP, metavar="N",
+        help="stop when the first N rows all fail (or are all skipped) for one reason and none was "
+        "generated, saying it once (default %(default)s; 0: never)",
+    )  # fmt: skip
 
 
 def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,6 +131,12 @@ def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "Ray runner), which is also the default when its variables are set",
     )  # fmt: skip
     parser.set_defaults(handler=_build)
+
+
+def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eagle3_raw import validate
+
+    validate.add_validate(sub)
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,6 +165,7 @@ def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "progress": "log" if args.quiet else "bar",
         "log_interval": args.log_interval,
         "disk_wait": args.disk_wait,
+        "early_stop": args.early_stop,
     }
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from eagle3_raw import sglang
 from eagle3_raw.checks import backoff
+from eagle3_raw.earlystop import EarlyStop
 from eagle3_raw.errors import (
     ConnectError,
     GenerationAborted,
@@ -76,8 +77,11 @@ class Dispatcher:
         self, recipe: Recipe, session: aiohttp.ClientSession | None, pool: EndpointPool | None,
         journal: Journal, stats: RunStats, *, vocab_size: int, stop: threading.Event,
         planner: Planner | None = None, renderer: Renderer | None = None, disk_wait: float = 600.0,
+        early_stop: int = 0,
     ) -> None:  # fmt: skip
         self.recipe = recipe
+        # a journal that holds rows of the set already: the recipe makes rows, nothing to watch
+        self.early = EarlyStop(0 if stats.replayed else early_stop)
         self.disk_wait = disk_wait
         self.session = session
         self.pool = pool
@@ -218,8 +222,20 @@ class Dispatcher:
                **_mixture(item.mixture), **(extra or {})}  # fmt: skip
         self.journal.add_reused(item.key, digest=item.digest, row=row, alias=item.alias)
         self.stats.reused += 1
+        self.settle_watch()
 
     def record_skip(self, skip: Skip) -> None:
+        """Journal ``skip`` (held while the run's first outcomes are watched: :mod:`.earlystop`)."""
+        for outcome in self.early.failed(skip):
+            self._record_skip(outcome)
+
+    def settle_watch(self) -> None:
+        """End the watch over the first outcomes (a row was made, or the plan is done), journaling
+        what it held."""
+        for outcome in self.early.settled():
+            self._record_skip(outcome)
+
+    def _record_skip(self, skip: Skip) -> None:
         self.journal.add_failure(skip.key, skip.row_id, skip.kind, skip.reason)
         if skip.kind == "failed":
             self.stats.failed += 1
@@ -245,6 +261,10 @@ class Dispatcher:
             await room_in_journal(self.journal, self.disk_wait, self.stop)
         except Stopping:
             return None
+        async with self.early.slot():
+            return await self._attempts(job)
+
+    async def _attempts(self, job: Job) -> tuple[sglang.Generation, int] | Skip | None:
         last: RetryableError | None = None
         for attempt in range(self.recipe.server.max_retries + 1):
             if attempt:
@@ -314,6 +334,7 @@ class Dispatcher:
         )  # fmt: skip
         self.stats.rows += 1
         self.stats.generated_tokens += len(generation.output_ids)
+        self.settle_watch()
 
     def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3_raw import sglang
 from eagle3_raw.checks import ServerChecks, sample_conversations
 from eagle3_raw.dispatch import RENDERS_IN_FLIGHT, Dispatcher, room_in_journal
+from eagle3_raw.earlystop import DEFAULT_EARLY_STOP
 from eagle3_raw.endpoints import Endpoint, EndpointPool
 from eagle3_raw.errors import (
     FatalError,
@@ -81,6 +82,9 @@ class RunOptions:
     disk_wait: float = 600.0
     """Seconds a full journal disk is waited for (no new request meanwhile) before the run stops,
     keeping what it holds in the spill folder (:mod:`eagle3_raw.journal.spill`)."""
+    early_stop: int = DEFAULT_EARLY_STOP
+    """Stop when the first this many outcomes all fail for one reason and no row was made
+    (:mod:`eagle3_raw.earlystop`); 0: never."""
 
     def __post_init__(self) -> None:
         if self.progress not in ("bar", "log", "none"):
@@ -89,6 +93,8 @@ class RunOptions:
             raise RecipeError("log_interval", self.log_interval, "expected a positive number of seconds")
         if not 0 <= self.disk_wait <= 7 * 24 * 3600:
             raise RecipeError("disk_wait", self.disk_wait, "expected seconds, from 0 to a week (604800)")
+        if isinstance(self.early_stop, bool) or not isinstance(self.early_stop, int) or self.early_stop < 0:
+            raise RecipeError("early_stop", self.early_stop, "expected a whole number of rows (0: off)")
 
     @property
     def root(self) -> Path:
@@ -164,7 +170,13 @@ def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tupl
     """The recipe's endpoints, or the server started for the run if it asks for one: the reference
     server (its key through the environment), or SGLang (:mod:`eagle3_raw.launching`: the one
     started to learn the target if there is one; its key in a private file). Either is stopped when
-    the block ends, however it ends; neither outlives this process."""
+    the block ends, however it ends; neither outlives this process. What would fail every row (a
+    missing prompt source, a bad template) is raised before a server starts."""
+    if recipe.server.launch is not None:
+        from eagle3_raw.validate import check_before_launch
+
+        if recipe.server.launch == "reference" or not _held(recipe):
+            check_before_launch(recipe)
     if recipe.server.launch == "sglang":
         from eagle3_raw.launching.held import serving
 
@@ -172,6 +184,12 @@ def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tupl
     from eagle3_raw.reference.launch import recipe_endpoints
 
     return recipe_endpoints(recipe, api_key(recipe))
+
+
+def _held(recipe: Recipe) -> bool:
+    from eagle3_raw.launching.held import held
+
+    return recipe.server.sglang is not None and held(recipe.server.sglang) is not None
 
 
 def release_launched(recipe: Recipe) -> None:
@@ -270,7 +288,7 @@ class _Build:
             dispatcher = Dispatcher(
                 self.recipe, s if pool else None, pool, journal, self.stats,
                 vocab_size=renderer.vocab_size, stop=self.stop, planner=planner, renderer=renderer,
-                disk_wait=self.options.disk_wait,
+                disk_wait=self.options.disk_wait, early_stop=self.options.early_stop,
             )  # fmt: skip
             try:
                 await self._dispatch(planner, dispatcher, pool, hub_revision, journal)
@@ -402,6 +420,7 @@ class _Build:
         try:
             await gather_or_fail([producer, *workers])
             await dispatcher.drain()
+            dispatcher.settle_watch()  # fewer rows than --early-stop: what it held is journaled
             self._check_every_row_has_an_outcome()
         except BaseException:
             self.stop.set()
