@@ -191,8 +191,10 @@ def _no_rows_message(
     stats: dict[str, Any], failures: list[dict[str, Any]], recipe: Recipe, journal_dir: Path
 ) -> str:
     """Why the set is empty: counts, then the most common skip/fail reasons with their rows."""
+    from eagle3_raw.unmade import rows_command
+
     counts = stats["failures"]
-    where = f"; reasons are in the journal {journal_dir}" if failures else ""
+    where = f"; every one with its row id and reason: {rows_command(journal_dir)}" if failures else ""
     return (
         f"recipe {recipe.name!r} produced no rows: {stats['rows']} generated"
         + (" (all ended on length and on_truncation is drop)" if recipe.on_truncation == "drop" else "")
@@ -202,11 +204,14 @@ def _no_rows_message(
 
 
 def _top_failures(failures: list[dict[str, Any]]) -> str:
-    """The most common ``<kind>: <reason>`` of ``failures``, each with its first row ids."""
-    rows: dict[str, list[str]] = {}
-    for failure in failures:
-        rows.setdefault(f"{failure['kind']}: {failure['reason']}", []).append(str(failure["id"]))
-    return reason_lines({reason: len(ids) for reason, ids in rows.items()}, examples=rows)
+    """The most common ``<kind>: <reason>`` of ``failures``, rows failed alike counted as one reason
+    with their first row ids (:func:`~eagle3_raw.unmade.group_reasons`)."""
+    from eagle3_raw.unmade import UnmadeRow, group_reasons
+
+    counts, examples = group_reasons(map(UnmadeRow.from_failure, failures))
+    flat = {f"{kind}: {reason}": n for kind, reasons in counts.items() for reason, n in reasons.items()}
+    named = {f"{kind}: {reason}": ids for kind, groups in examples.items() for reason, ids in groups.items()}
+    return reason_lines(flat, examples=named)
 
 
 @dataclass(frozen=True)

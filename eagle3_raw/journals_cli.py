@@ -1,4 +1,5 @@
-"""``eagle3-raw journals``: list a journal root's sets, remove sets, prune what nothing needs."""
+"""``eagle3-raw journals``: list a journal root's sets, the rows a set does not hold (and why),
+remove sets, prune what nothing needs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 _HELP = {
-    "list": "every set: rows, failed, tokens, size, recipe, target, last used, cached/pushed",
+    "list": "every set: rows, failed, skipped, tokens, size, recipe, target, last used, cached/pushed",
     "remove": "remove sets by config id, then the generations no other set names (shows them; --yes)",
     "prune": "remove the sets not cached, pushed, being written or resumable (shows them; --yes)",
 }
@@ -30,9 +31,11 @@ _DESCRIPTIONS = {
 
 
 def add_journals(sub: SubParsers) -> argparse.ArgumentParser:
-    """Register ``journals list|remove|prune``."""
+    """Register ``journals list|rows|remove|prune``."""
     parser: argparse.ArgumentParser = sub.add_parser(
-        "journals", help="list the journal's sets, remove sets, prune what no cached or published set needs"
+        "journals",
+        help="list the journal's sets and the rows they lack, remove sets, prune what no cached or published "
+        "set needs",
     )
     actions = parser.add_subparsers(dest="action", required=True)
     for name, help_text in _HELP.items():
@@ -51,7 +54,55 @@ def add_journals(sub: SubParsers) -> argparse.ArgumentParser:
     for action in (removing, pruning):
         action.add_argument("--yes", action="store_true", help="remove them (else: only show what would go)")
         action.add_argument("--dry-run", action="store_true", help="only show what would go (the default)")
+    _add_rows(actions)
     return parser
+
+
+_ROW_KINDS = {
+    "failed": "rows that failed (HTTP 400, retries spent)",
+    "skipped": "rows skipped (malformed, too long, refused by the chat path)",
+    "ended": "rollout turns not made because the rollout ended before them",
+}
+
+
+def _add_rows(actions: SubParsers) -> None:
+    """``journals rows CONFIG_ID [--failed] [--skipped] [--ended] [--json]`` (:mod:`eagle3_raw.unmade`)."""
+    rows = actions.add_parser(
+        "rows", help="the rows a set does not hold: each failed, skipped or ended-early row id, with why",
+        description="Every row of set CONFIG_ID (as `journals list` names it) that has no row in the "
+        "journal but a failure: failed (a rerun with --retry-failed asks again), skipped (its prompt is "
+        "unusable) or ended (a rollout turn after its rollout ended). Without a kind flag, all three; "
+        "flags add up. Plain text by default (80 columns), JSON lines with --json.",
+    )  # fmt: skip
+    rows.add_argument("config_id", metavar="CONFIG_ID")
+    rows.add_argument(
+        "--journal-dir", type=Path, help="journal root (default: $EAGLE3_RAW_JOURNAL_DIR or ~/.cache)"
+    )
+    for kind, text in _ROW_KINDS.items():
+        rows.add_argument(f"--{kind}", action="store_true", help=f"only {text} (with other flags: those too)")
+    rows.add_argument(
+        "--json", action="store_true", help="one JSON object a line: id, kind, reason, index, turn, sample"
+    )
+    rows.set_defaults(handler=_rows)
+
+
+def _rows(args: argparse.Namespace) -> int:
+    from eagle3_raw.errors import JournalError
+    from eagle3_raw.journal import Journal, journal_root, set_dir
+    from eagle3_raw.unmade import KINDS, render_json_lines, render_text, unmade_rows
+
+    root = args.journal_dir or journal_root()
+    plain = args.config_id not in ("", ".", "..") and "/" not in args.config_id
+    if not plain or not (set_dir(root, args.config_id) / "manifest.json").is_file():
+        raise JournalError(
+            f"the journal {root} has no set {printable(args.config_id)!r} (eagle3-raw journals list "
+            "names its sets; --journal-dir picks another journal)"
+        )
+    kinds = [kind for kind in KINDS if getattr(args, kind)] or list(KINDS)
+    with Journal.read(root, args.config_id) as journal:
+        rows = unmade_rows(journal, kinds=kinds)
+    print(render_json_lines(rows) if args.json else render_text(rows), end="" if args.json else "\n")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -93,11 +144,16 @@ def _dry_run_note(count: int) -> str:
 def _line(info: SetInfo) -> str:
     """One set's lines; what a server reported, a recipe named or a manifest holds is escaped."""
     state = "whole" if info.whole else ("resumable" if info.resumable else "partial")
+    ended = f", {info.ended:,} ended" if info.ended else ""
+    unmade = info.failed + info.skipped + info.ended
+    listed = f"\n  eagle3-raw journals rows {printable(info.config_id)} lists the {unmade:,} rows not made"
+    used = f"{_why(info) or 'not cached, not pushed'}{listed if unmade else ''}"
     return (
         f"{printable(info.config_id)}\n  recipe {printable(info.name)}; {state}; {info.rows:,} rows "
-        f"({info.failed:,} failed), {info.prompt_tokens:,} prompt + {info.generated_tokens:,} generated "
-        f"tokens, {_size(info.bytes)}\n  target {printable(info.target, limit=500)}\n"
-        f"  last used {printable(info.updated)}; {_why(info) or 'not cached, not pushed'}"
+        f"({info.failed:,} failed, {info.skipped:,} skipped{ended}), {info.prompt_tokens:,} prompt + "
+        f"{info.generated_tokens:,} generated tokens, {_size(info.bytes)}\n"
+        f"  target {printable(info.target, limit=500)}\n"
+        f"  last used {printable(info.updated)}; {used}"
     )
 
 

@@ -359,7 +359,7 @@ class Planner:
     def _job_or_reuse(
         self, conv: Conversation, key: RowKey, prompt_ids: list[int], memo_key: bytes
     ) -> Planned:
-        too_long = _too_long(len(prompt_ids), self.limits)
+        too_long = self.too_long(len(prompt_ids), row=self._id(conv, key))
         if too_long:
             return Skip.from_error(key, PromptTooLong(too_long, row_id=self._id(conv, key)))
         choice = self.choice(conv, key.sample)
@@ -387,9 +387,9 @@ class Planner:
         params["sampling_seed"] = self.seed(conv, key)
         return fit_max_new_tokens(params, prompt_len, self.limits.context_length)
 
-    def too_long(self, prompt_len: int) -> str:
-        """Why a prompt of ``prompt_len`` ids cannot be sent ("" when it can)."""
-        return _too_long(prompt_len, self.limits)
+    def too_long(self, prompt_len: int, *, row: str) -> str:
+        """Why row ``row``'s prompt of ``prompt_len`` ids cannot be sent, naming the row ("" when it can)."""
+        return _too_long(prompt_len, self.limits, row)
 
 
 def _pending_points(
@@ -410,9 +410,13 @@ def _empty_keys() -> npt.NDArray[np.int64]:
     return np.empty(0, np.int64)
 
 
-def _too_long(prompt_len: int, limits: Limits) -> str:
+def _too_long(prompt_len: int, limits: Limits, row: str) -> str:
+    # the row's own numbers stay in the parentheses: unmade.reason_group counts such rows as one reason
     if limits.input_limit is not None and prompt_len > limits.input_limit:
-        return f"prompt has {prompt_len} tokens; the server accepts at most {limits.input_limit}"
+        return (
+            f"row {row} ({prompt_len:,} prompt tokens): prompt too long, the server accepts at most "
+            f"{limits.input_limit:,} tokens"
+        )
     return ""
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
     from eagle3_raw.endpoints import Endpoint
+    from eagle3_raw.unmade import UnmadeSummary
 
 progress_log = logging.getLogger("eagle3_raw.progress")
 
@@ -360,6 +361,8 @@ class Summary:
     """How long the journal's disk had no room during this run (its rows were held meanwhile)."""
     held_peak: int = 0
     """The most generated rows held in memory at once while it had none."""
+    unmade: UnmadeSummary | None = None
+    """The rows not made, by reason with their first row ids, and the command listing every one."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -380,6 +383,7 @@ class Summary:
             "run_reused": self.run_reused,
             "run_replayed": self.run_replayed,
             "journal": self.journal,
+            **({"unmade_rows_command": self.unmade.command} if self.unmade and self.unmade.line() else {}),
             **(self._disk_dict() if self.disk_full_seconds else {}),
             **({"rollouts": dict(self.rollouts)} if self.rollouts is not None else {}),
             **({"mixture": dict(self.mixture)} if self.mixture is not None else {}),
@@ -396,8 +400,8 @@ class Summary:
             f"generated tokens  {self.generated_tokens:,}",
             f"finish reasons    {_counts(self.finish_reasons)}",
             f"dropped (length)  {self.dropped:,}",
-            f"skipped           {sum(self.skipped.values()):,}{reason_lines(self.skipped)}",
-            f"failed            {sum(self.failed.values()):,}{reason_lines(self.failed)}",
+            f"skipped           {sum(self.skipped.values()):,}{self._reasons('skipped', self.skipped)}",
+            f"failed            {sum(self.failed.values()):,}{self._reasons('failed', self.failed)}",
             f"wall time         {self.wall_time:,.1f} s",
             f"journaled rows    {self.run_replayed:,} (in the journal when this run started: resumed)",
             f"new rows          {self.run_rows:,} (generated this run)",
@@ -411,6 +415,8 @@ class Summary:
                 f"journal disk      full for {self.disk_full_seconds:,.0f} s this run: up to "
                 f"{self.held_peak:,} generated rows held in memory, all written when space came back"
             )
+        if self.unmade is not None and self.unmade.line():
+            lines += [f"not made          {self.unmade.line()}", f"                  {self.unmade.command}"]
         failed = sum(self.failed.values())
         if failed:
             lines.append(
@@ -418,6 +424,10 @@ class Summary:
                 "command with --retry-failed to try them again"
             )
         return "\n".join(lines)
+
+    def _reasons(self, kind: str, reasons: Mapping[str, int]) -> str:
+        """The reason lines of ``kind``: by reason, with row ids, when the rows are known."""
+        return self.unmade.reason_lines(kind) if self.unmade is not None else reason_lines(reasons)
 
     def _rollout_lines(self) -> list[str]:
         lines = []

@@ -302,7 +302,7 @@ class RolloutRunner:
         except RowError as exc:
             exc.row_id = shown
             return Skip.from_error(key, exc)
-        too_long = self.planner.too_long(len(prompt_ids))
+        too_long = self.planner.too_long(len(prompt_ids), row=shown)
         if too_long:
             return Skip.from_error(key, PromptTooLong(too_long, row_id=shown))
         return prompt_ids

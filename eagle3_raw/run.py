@@ -594,6 +594,8 @@ def _moved_source(recipe: Recipe, recorded: str, now: str) -> str:
 
 def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
     """The summary of what ``journal`` holds (every run so far) and of this run's ``stats``."""
+    from eagle3_raw.unmade import summarize_unmade
+
     totals = journal.stats()
     reasons = dict(totals["finish_reasons"])
     prompt_tokens, generated_tokens = totals["prompt_tokens"], totals["generated_tokens"]
@@ -624,6 +626,7 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
         mixture=totals.get("mixture"),
         disk_full_seconds=stats.disk_full_seconds,
         held_peak=stats.held_peak,
+        unmade=summarize_unmade(journal),  # reads the failure records again: row ids, not counts
     )
 
 

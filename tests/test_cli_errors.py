@@ -287,7 +287,7 @@ def test_whole_run_problems_fail_up_front(
         code, _, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
     line = _error_line(err)
     assert code == 1 and fragment in line, line
-    assert "reasons are in the journal" not in line
+    assert "journals rows" not in line
     assert generations(ledger) == []  # not once per row: not a single request
 
 
@@ -342,4 +342,4 @@ def test_no_rows_without_failures_does_not_point_at_reasons_that_do_not_exist(
     assert (
         code == 1 and "produced no rows: 3 generated (all ended on length and on_truncation is drop)" in line
     )
-    assert line.endswith(", 0 skipped, 0 failed") and "reasons are in the journal" not in line
+    assert line.endswith(", 0 skipped, 0 failed") and "journals rows" not in line

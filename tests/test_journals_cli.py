@@ -48,7 +48,7 @@ def test_list_prune_and_remove_keep_exactly_what_a_set_needs(
     assert one.generated_tokens > 0 and one.bytes > 0 and "eagle3-raw-reference@" in one.target
     assert main(["journals", "list", "--journal-dir", str(root), "--cache-dir", str(tmp_path / "cache")]) == 0
     listed = capsys.readouterr().out
-    assert one.config_id in listed and "8 rows (0 failed)" in listed and "cached" in listed
+    assert one.config_id in listed and "8 rows (0 failed, 0 skipped)" in listed and "cached" in listed
 
     generations = _generation_bytes(root)
     shutil.rmtree(tmp_path / "cache2")

@@ -66,7 +66,9 @@ class SetInfo:
     caches: tuple[str, ...] = ()
     """The ``datasets`` cache folders that hold the set built (complete, not ``.incomplete``)."""
     skipped: int = 0
-    """Rows skipped (malformed, too long, refused by the chat path, ended rollouts)."""
+    """Rows skipped (malformed, too long, refused by the chat path)."""
+    ended: int = 0
+    """Rollout turns not made because their rollout ended before them."""
 
     @property
     def cached(self) -> bool:
@@ -75,7 +77,7 @@ class SetInfo:
     @property
     def resumable(self) -> bool:
         """Not whole, with outcomes a rerun of its recipe goes on from (an interrupted build's set)."""
-        return not self.whole and self.rows + self.failed + self.skipped > 0
+        return not self.whole and self.rows + self.failed + self.skipped + self.ended > 0
 
     @property
     def needed(self) -> bool:
@@ -202,7 +204,8 @@ def set_info(folder: Path, cache_dir: Path | None = None) -> SetInfo | None:
         target=Target.from_dict(manifest["target"]).describe(),
         rows=stats["rows"],
         failed=sum(stats["failures"]["failed"].values()),
-        skipped=sum(sum(c.values()) for k, c in stats["failures"].items() if k != "failed"),
+        skipped=sum(stats["failures"]["skipped"].values()),
+        ended=sum(stats["failures"].get("ended", {}).values()),
         prompt_tokens=stats["prompt_tokens"],
         generated_tokens=stats["generated_tokens"],
         bytes=own + referenced,
