@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import yaml
 
+from eagle3_raw.cli import main
 from eagle3_raw.identity import Target, request_digest
 from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
 from eagle3_raw.reference.ledger import read_ledger
@@ -34,6 +36,22 @@ WEATHER = {
     },
 }
 """A tool the reference model calls (its rollouts and the real-SGLang ones share it)."""
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``eagle3-raw ARGV`` in this process: its exit code, stdout and stderr (never a traceback)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    return code, captured.out, captured.err
+
+
+def error_line(err: str) -> str:
+    """The ``error: ...`` line, checked to be the only one: a message, not a traceback."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:

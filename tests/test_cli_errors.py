@@ -23,21 +23,15 @@ from eagle3_raw.cli import main
 from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.run import journal_dir_for
-from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _error_line(err: str) -> str:
-    """The ``error: ...`` line, checked to be the only one: a message, not a traceback."""
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, err
-    return lines[0]
+from tests.helpers import (
+    error_line,
+    generations,
+    reference_server,
+    rid_row_id,
+    run_main,
+    write_prompts,
+    write_recipe,
+)
 
 
 def _build(tmp_path: Path, recipe: Path, *extra: str) -> list[str]:
@@ -102,14 +96,14 @@ def test_a_full_cache_disk_is_a_message_and_the_journal_keeps_every_row(
 ) -> None:
     with reference_server(tmp_path) as (server, ledger), tiny_disk(tmp_path / "full", "64k") as full:
         recipe = _big_rows_recipe(tmp_path, server.url)
-        code, _, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(full)))
+        code, _, err = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(full)))
         assert code == 1
-        line = _error_line(err)
+        line = error_line(err)
         assert f"cannot write the datasets cache {full}: No space left on device (ENOSPC)" in line
         assert "the journal keeps every generated row" in line
         assert len(_journal_rows(tmp_path, recipe)) == 30  # nothing generated was lost
         sent = len(generations(ledger))
-        code, out, _ = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "cache")))
+        code, out, _ = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "cache")))
         assert code == 0 and "rows              30" in out
         assert len(generations(ledger)) == sent == 30  # the rerun sent nothing
 
@@ -120,10 +114,9 @@ def test_a_read_only_cache_is_refused_before_any_request(
     with reference_server(tmp_path) as (server, ledger), read_only(tmp_path / "ro") as error:
         write_prompts(tmp_path, 3)
         recipe = write_recipe(tmp_path, endpoints=[server.url])
-        code, _, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "ro" / "cache")))
-        assert code == 1 and f"cannot write the datasets cache {tmp_path / 'ro' / 'cache'}:" in _error_line(
-            err
-        )
+        cache = tmp_path / "ro" / "cache"
+        code, _, err = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(cache)))
+        assert code == 1 and f"cannot write the datasets cache {cache}:" in error_line(err)
         assert f"({error})" in err
         with pytest.raises(eagle3_raw.Eagle3RawError, match="cannot write the datasets cache"):
             eagle3_raw.load(str(recipe), cache_dir=str(tmp_path / "ro"), progress="none")
@@ -139,8 +132,8 @@ def test_a_read_only_output_folder_is_refused_before_the_build(
         argv = _build(
             tmp_path, recipe, "--cache-dir", str(tmp_path / "c"), "--output-dir", str(tmp_path / "out")
         )
-        code, _, err = _cli(capsys, *argv)
-    assert code == 1 and f"cannot write the output folder {tmp_path / 'out'}:" in _error_line(err)
+        code, _, err = run_main(capsys, *argv)
+    assert code == 1 and f"cannot write the output folder {tmp_path / 'out'}:" in error_line(err)
     assert f"({error})" in err
     assert generations(ledger) == []  # checked before the build, not after it
 
@@ -151,12 +144,12 @@ def test_a_full_output_disk_leaves_no_truncated_parquet_and_loses_nothing(
     with reference_server(tmp_path) as (server, ledger), tiny_disk(tmp_path / "out", "64k") as out:
         recipe = _big_rows_recipe(tmp_path, server.url, rows=100)  # about 200 KB of Parquet
         argv = _build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c"), "--output-dir", str(out))
-        code, stdout, err = _cli(capsys, *argv)
+        code, stdout, err = run_main(capsys, *argv)
         assert code == 1 and "rows              100" in stdout  # built; only the Parquet copy failed
-        line = _error_line(err)
+        line = error_line(err)
         assert f"cannot write {out / 't.parquet'}: No space left on device (ENOSPC)" in line
         assert list(out.iterdir()) == []  # no truncated .parquet, no leftover temporary file
-        code, stdout, _ = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c"),
+        code, stdout, _ = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c"),
                                                "--output-dir", str(tmp_path / "roomy")))  # fmt: skip
         assert code == 0 and "loaded from the datasets cache" in stdout
         assert len(generations(ledger)) == 100  # nothing regenerated
@@ -198,8 +191,8 @@ def test_bad_command_line_values_are_one_line_errors(
 ) -> None:
     write_prompts(tmp_path, 2)  # a launched reference server: its target is known without starting it
     recipe = write_recipe(tmp_path, endpoints=[], server={"launch": "reference"})
-    code, _, err = _cli(capsys, *_build(tmp_path, recipe, *argv_tail))
-    assert code == 1 and fragment in _error_line(err)
+    code, _, err = run_main(capsys, *_build(tmp_path, recipe, *argv_tail))
+    assert code == 1 and fragment in error_line(err)
 
 
 @pytest.mark.parametrize(
@@ -213,8 +206,8 @@ def test_a_bad_recipe_file_is_named(
     path = tmp_path / "mine.yaml"
     if content is not None:
         path.write_bytes(content)
-    code, _, err = _cli(capsys, "build", str(path))
-    assert code == 1 and _error_line(err).startswith(f"error: recipe file {path}: {fragment}")
+    code, _, err = run_main(capsys, "build", str(path))
+    assert code == 1 and error_line(err).startswith(f"error: recipe file {path}: {fragment}")
 
 
 def test_name_is_the_recipe_name_from_the_cli_and_from_load(
@@ -223,7 +216,7 @@ def test_name_is_the_recipe_name_from_the_cli_and_from_load(
     write_prompts(tmp_path, 2)
     with reference_server(tmp_path) as (server, _):
         recipe = write_recipe(tmp_path, endpoints=[server.url])
-        code, out, _ = _cli(capsys, *_build(tmp_path, recipe, "--set", "name=renamed", "--cache-dir",
+        code, out, _ = run_main(capsys, *_build(tmp_path, recipe, "--set", "name=renamed", "--cache-dir",
                                             str(tmp_path / "c")))  # fmt: skip
         assert code == 0 and f"journal           {tmp_path / 'j' / 'sets' / 'renamed-'}" in out
         rows = eagle3_raw.load(str(recipe), name="other", cache_dir=str(tmp_path / "c"),
@@ -238,13 +231,13 @@ def test_an_endpoints_override_sends_every_request_there_and_launches_nothing(
     write_prompts(tmp_path, 12)
     recipe = write_recipe(tmp_path, endpoints=[], server={"launch": "reference"})
     with reference_server(tmp_path) as (server, ledger):
-        code, out, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c"),
+        code, out, err = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c"),
                                               "--set", f"server.endpoints=[{server.url}]"))  # fmt: skip
     assert code == 0 and "rows              12" in out
     assert sorted(rid_row_id(g["rid"]) for g in generations(ledger)) == [f"p{i:03d}:1:0" for i in range(12)]
     assert "server.endpoints is overridden: the recipe's server.launch ('reference') is not used" in err
     both = write_recipe(tmp_path, endpoints=["http://127.0.0.1:9"], server={"launch": "reference"})
-    code, _, err = _cli(capsys, *_build(tmp_path, both))
+    code, _, err = run_main(capsys, *_build(tmp_path, both))
     assert code == 1 and "server.launch': got 'reference'; cannot be combined with server.endpoints" in err
 
 
@@ -284,8 +277,8 @@ def test_whole_run_problems_fail_up_front(
         fragment = "prompt source empty.jsonl: holds no rows"
     with reference_server(tmp_path) as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url], **changes)
-        code, _, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
-    line = _error_line(err)
+        code, _, err = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
+    line = error_line(err)
     assert code == 1 and fragment in line, line
     assert "journals rows" not in line
     assert generations(ledger) == []  # not once per row: not a single request
@@ -300,7 +293,7 @@ def test_a_build_with_rows_that_failed_for_good_exits_4_and_says_how_to_retry(
     write_prompts(tmp_path, 10)
     with reference_server(tmp_path, "--faults", "http500=0.5", "--fault-seed", "3") as (server, _):
         recipe = write_recipe(tmp_path, endpoints=[server.url], server={"max_retries": 0})
-        code, out, _ = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
+        code, out, _ = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
     failed = 10 - len(_journal_rows(tmp_path, recipe))
     assert 0 < failed < 10
     assert code == 4 and f"not complete      {failed} rows failed for good" in out
@@ -313,7 +306,7 @@ def test_a_build_with_rows_that_failed_for_good_exits_4_and_says_how_to_retry(
             "--cache-dir",
             str(tmp_path / "c"),
         ]
-        code, out, _ = _cli(capsys, *_build(tmp_path, recipe, *retry))
+        code, out, _ = run_main(capsys, *_build(tmp_path, recipe, *retry))
     assert code == 0 and "rows              10" in out and "not complete" not in out
 
 
@@ -337,8 +330,8 @@ def test_no_rows_without_failures_does_not_point_at_reasons_that_do_not_exist(
         recipe = write_recipe(
             tmp_path, endpoints=[server.url], on_truncation="drop", sampling={"max_new_tokens": 1}
         )
-        code, _, err = _cli(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
-    line = _error_line(err)
+        code, _, err = run_main(capsys, *_build(tmp_path, recipe, "--cache-dir", str(tmp_path / "c")))
+    line = error_line(err)
     assert (
         code == 1 and "produced no rows: 3 generated (all ended on length and on_truncation is drop)" in line
     )

@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 
 import eagle3_raw
-from eagle3_raw.cli import main
 from eagle3_raw.errors import FatalError
 from eagle3_raw.reference.ledger import read_ledger
 from tests.helpers import (
+    error_line,
     generations,
     ledgers_in,
     reference_server,
     requested_rids,
+    run_main,
     sglang_section,
     write_jsonl,
     write_prompts,
@@ -31,13 +32,6 @@ from tests.helpers import (
 
 BAD_BIAS = {"sampling": {"logit_bias": {"99999": 2.0}}}  # outside the 6,144-id vocabulary
 EXTREME = {"model": {"reasoning_effort": "extreme"}}
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err, captured.err
-    return code, captured.out, captured.err
 
 
 def _places(tmp_path: Path) -> list[str]:
@@ -54,14 +48,8 @@ def _lines(out: str) -> dict[str, list[str]]:
     return checks
 
 
-def _error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 def test_validate_passes_on_the_demo_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _cli(capsys, "validate", "demo", *_places(tmp_path))
+    code, out, _ = run_main(capsys, "validate", "demo", *_places(tmp_path))
     checks = _lines(out)
     assert code == 0, out
     for name in ("recipe", "prompts", "effort", "template", "render", "journal", "cache", "endpoint",
@@ -77,7 +65,7 @@ def test_a_bad_logit_bias_is_caught_by_validate_on_one_small_request(
     write_prompts(tmp_path, 40)
     with reference_server(tmp_path) as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url], **BAD_BIAS)
-        code, out, _ = _cli(capsys, "validate", str(recipe), *_places(tmp_path))
+        code, out, _ = run_main(capsys, "validate", str(recipe), *_places(tmp_path))
         sent = read_ledger(ledger)
     (sampling,) = _lines(out)["sampling"]
     assert code == 1 and sampling.startswith("FAIL  sampling  recipe field 'sampling.logit_bias'"), out
@@ -94,8 +82,8 @@ def test_a_build_with_a_bad_logit_bias_stops_after_the_first_requests_saying_it_
     write_prompts(tmp_path, 40)
     with reference_server(tmp_path) as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url], **BAD_BIAS)
-        code, _, err = _cli(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
-        line = _error_line(err)
+        code, _, err = run_main(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
+        line = error_line(err)
         assert code == 1 and "stopped early: the first 8 rows all failed for the same reason" in line, err
         assert "no row was generated" in line and line.count("logit_bias") == 1, line
         assert len(requested_rids(ledger)) == 8, read_ledger(ledger)  # not 40
@@ -112,8 +100,8 @@ def test_fewer_rows_than_the_watch_all_failing_end_as_before(
     write_prompts(tmp_path, 3)
     with reference_server(tmp_path) as (server, _):
         recipe = write_recipe(tmp_path, endpoints=[server.url], **BAD_BIAS)
-        code, _, err = _cli(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
-    line = _error_line(err)
+        code, _, err = run_main(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
+    line = error_line(err)
     assert code == 1 and "produced no rows: 0 generated, 0 skipped, 3 failed" in line, err
 
 
@@ -125,7 +113,7 @@ def test_early_failures_before_a_row_are_kept_once_rows_come(
     write_jsonl(tmp_path / "prompts.jsonl", rows)
     with reference_server(tmp_path) as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url])
-        code, out, err = _cli(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
+        code, out, err = run_main(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
     assert code == 0, err
     assert "rows              6" in out and "skipped           3" in out, out
     assert len(generations(ledger)) == 6
@@ -137,12 +125,12 @@ def test_reasoning_effort_extreme_is_caught_by_validate_and_stops_a_build_early(
     write_prompts(tmp_path, 30)
     with reference_server(tmp_path) as (server, ledger):
         recipe = write_recipe(tmp_path, endpoints=[server.url], **EXTREME)
-        code, out, _ = _cli(capsys, "validate", str(recipe), *_places(tmp_path))
+        code, out, _ = run_main(capsys, "validate", str(recipe), *_places(tmp_path))
         (effort,) = _lines(out)["effort"]
         assert code == 1 and effort.startswith("FAIL  effort    recipe field 'model.reasoning_effort'"), out
         assert "got 'extreme'" in effort and "'high'" in effort
-        code, _, err = _cli(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
-        line = _error_line(err)
+        code, _, err = run_main(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
+        line = error_line(err)
         assert code == 1 and "the first 8 rows were all skipped for the same reason" in line, err
         assert line.count("reasoning_effort") == 1 and "'p00" not in line, line  # one reason, no row ids
         assert generations(ledger) == []
@@ -156,7 +144,7 @@ def test_validate_local_contacts_no_server(tmp_path: Path, capsys: pytest.Captur
         listener.setblocking(False)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         recipe = write_recipe(tmp_path, endpoints=[url], **EXTREME)
-        code, out, _ = _cli(capsys, "validate", str(recipe), "--local", *_places(tmp_path))
+        code, out, _ = run_main(capsys, "validate", str(recipe), "--local", *_places(tmp_path))
         with pytest.raises(BlockingIOError):
             listener.accept()  # no connection is waiting
     checks = _lines(out)
@@ -183,12 +171,12 @@ def test_a_missing_prompt_source_is_reported_before_a_server_starts(
     server = {"endpoints": [], "launch": "reference"} if launch == "reference" else sglang_section(ledgers)
     recipe = write_recipe(tmp_path, endpoints=[], source="missing.jsonl", server=server,
                           sampling={"max_new_tokens": 8})  # fmt: skip
-    code, _, err = _cli(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
-    line = _error_line(err)
+    code, _, err = run_main(capsys, "build", str(recipe), "--quiet", *_places(tmp_path))
+    line = error_line(err)
     assert code == 1 and "prompt source 'missing.jsonl': no such file or folder" in line, err
     assert started == [] and not ledgers_in(ledgers)
     write_prompts(tmp_path, 2)  # the same build with its source: the server starts (the count works)
-    code, _, err = _cli(capsys, "build", str(recipe), "--quiet", "--set", "prompts.source=prompts.jsonl",
+    code, _, err = run_main(capsys, "build", str(recipe), "--quiet", "--set", "prompts.source=prompts.jsonl",
                         *_places(tmp_path))  # fmt: skip
     assert code == 0, err
     assert len(started) == (launch == "reference") and len(ledgers_in(ledgers)) == (launch == "sglang")

@@ -11,6 +11,7 @@ import pytest
 
 from eagle3_raw.reference.model_files import load_raw_tokenizer, load_tokenizer
 from eagle3_raw.resources import reference_model_dir
+from tests.helpers import WEATHER
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECIAL_IDS = {
@@ -21,14 +22,6 @@ SPECIAL_IDS = {
     "</think>": 6141,
     "<tool_call>": 6142,
     "</tool_call>": 6143,
-}
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
 }
 
 
@@ -99,14 +92,14 @@ def test_template_enable_thinking_false_adds_empty_think_block(tok: Any) -> None
 
 def test_template_tools_go_into_the_system_turn(tok: Any) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}]
-    text = render(tok, messages, tools=[WEATHER_TOOL])
+    text = render(tok, messages, tools=[WEATHER])
     system, user = text.split("<|im_end|>\n")[:2]
     assert system.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
-    assert "<tools>\n" + json.dumps(WEATHER_TOOL) + "\n</tools>" in system
+    assert "<tools>\n" + json.dumps(WEATHER) + "\n</tools>" in system
     format_hint = '{"name": <function-name>, "arguments": <args-json-object>}'
     assert system.endswith(f"<tool_call>\n{format_hint}\n</tool_call>")
     assert user == "<|im_start|>user\nWeather?"
-    no_system = render(tok, messages[1:], tools=[WEATHER_TOOL])
+    no_system = render(tok, messages[1:], tools=[WEATHER])
     assert no_system.startswith("<|im_start|>system\n# Tools\n")
 
 
@@ -146,7 +139,7 @@ def test_template_rejects_unknown_roles(tok: Any) -> None:
 def test_tokenized_chat_template_in_transformers_5(tok: Any) -> None:
     """transformers 5 returns a BatchEncoding for tokenize=True; return_dict=False gives the ids."""
     messages = [{"role": "user", "content": "Weather in Oslo?"}]
-    kwargs: dict[str, Any] = {"tools": [WEATHER_TOOL], "add_generation_prompt": True}
+    kwargs: dict[str, Any] = {"tools": [WEATHER], "add_generation_prompt": True}
     kwargs["enable_thinking"] = False
     encoding = tok.apply_chat_template(messages, tokenize=True, **kwargs)
     ids = tok.apply_chat_template(messages, tokenize=True, return_dict=False, **kwargs)
