@@ -14,7 +14,9 @@ holds (:mod:`eagle3_raw.journal.spill`).
 A :class:`~eagle3_raw.plan.Pending` generation point is rendered by the server's chat path first
 (``/tokenize`` with ``messages``; at most :data:`RENDERS_IN_FLIGHT` at a time, taking no generation
 slot), then its rows go on like planned ones, the samples side by side. A
-:class:`~eagle3_raw.plan.Rollout` takes its worker for all its turns (:mod:`eagle3_raw.rollout`).
+:class:`~eagle3_raw.plan.Rollout` takes its worker for all its turns (:mod:`eagle3_raw.rollout`),
+each turn asking for its slot with a priority; once a worker finds the plan exhausted, the pool
+drains (:meth:`~eagle3_raw.endpoints.EndpointPool.drain`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ class Dispatcher:
         """One worker: items from ``feed`` until the plan is exhausted."""
         while (item := await feed.next()) is not None:
             await self.handle(item)
+        if self.pool is not None:
+            self.pool.drain()  # the plan is exhausted: what is left is the drain
 
     async def handle(self, item: Planned) -> None:
         if isinstance(item, Skip):
@@ -249,9 +253,12 @@ class Dispatcher:
         if isinstance(result, tuple):
             self.journal_row(job, *result)
 
-    async def generate(self, job: Job) -> tuple[sglang.Generation, int] | Skip | None:
+    async def generate(
+        self, job: Job, *, priority: int = 0, drain_priority: int | None = None
+    ) -> tuple[sglang.Generation, int] | Skip | None:
         """``job``'s generation and the attempts it took; else the failure recorded for it (a
-        :class:`Skip`), or None when the run is stopping (nothing recorded)."""
+        :class:`Skip`), or None when the run is stopping (nothing recorded). The priorities: its
+        place in line for a slot (:meth:`~eagle3_raw.endpoints.EndpointPool.acquire`)."""
         if self.pool is None:
             raise ServerUnreachable(
                 f"row {job.row_id} has to be generated, but no endpoint answers; every row reused so far "
@@ -262,16 +269,18 @@ class Dispatcher:
         except Stopping:
             return None
         async with self.early.slot():
-            return await self._attempts(job)
+            return await self._attempts(job, (priority, drain_priority))
 
-    async def _attempts(self, job: Job) -> tuple[sglang.Generation, int] | Skip | None:
+    async def _attempts(
+        self, job: Job, priority: tuple[int, int | None]
+    ) -> tuple[sglang.Generation, int] | Skip | None:
         last: RetryableError | None = None
         for attempt in range(self.recipe.server.max_retries + 1):
             if attempt:
                 self.stats.retries += 1
                 await asyncio.sleep(backoff(attempt))
             try:
-                return await self._attempt(job, attempt), attempt + 1
+                return await self._attempt(job, attempt, priority), attempt + 1
             except RetryableError as exc:
                 if self.stop.is_set():
                     return None  # stopping: aborted on purpose, not a failure of this row
@@ -288,9 +297,11 @@ class Dispatcher:
         self.record_skip(skip)
         return skip
 
-    async def _attempt(self, job: Job, attempt: int) -> sglang.Generation:
+    async def _attempt(self, job: Job, attempt: int, priority: tuple[int, int | None]) -> sglang.Generation:
         assert self.pool is not None and self.session is not None
-        endpoint = await self.pool.acquire(self.affinity.get(job.key.index))
+        endpoint = await self.pool.acquire(
+            self.affinity.get(job.key.index), priority=priority[0], drain_priority=priority[1]
+        )
         # Remembered before the reply: siblings sent meanwhile follow, so the prefix cache hits.
         self._remember_endpoint(job.key.index, endpoint)
         rid = f"{job.row_id}#{attempt}-{self._rid_prefix}{next(self._rid_counter):x}"

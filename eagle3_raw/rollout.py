@@ -20,6 +20,11 @@ Resume: each turn's memo key is chained (:func:`~eagle3_raw.identity.rollout_inp
 digests of the turns before it), so a rerun finds every journaled turn without rendering or
 generating it again, re-derives its message from the journaled text, and goes on at the first
 missing turn. One rollout runs on one worker; its turns go to one endpoint (the prefix cache).
+
+Scheduling: while slots are short, a later turn of a conversation goes before an earlier one of
+another; once no new conversation starts (the drain), the turn with the most turns still to come
+goes first (:meth:`RolloutRunner._generated`). It orders requests only: every turn's prompt and
+seed come from its conversation alone, so the set is the same in any order.
 """
 
 from __future__ import annotations
@@ -271,7 +276,13 @@ class RolloutRunner:
         return turn
 
     async def _generated(self, item: Rollout, job: Job, previous: list[int] | None) -> Turn | str | None:
-        result = await self.d.generate(job)
+        # The order turns take free slots in (never what they are): while new conversations keep
+        # starting, later turns first (a conversation finishes soon after it starts: few in flight,
+        # its prefix still in the server's cache, much work left in flight for the end); in the
+        # drain, the most turns still to come first (the longest chains at the front, so the last
+        # conversations are not left to finish one turn after another while the slots empty out).
+        done = item.points.index(job.key.turn)
+        result = await self.d.generate(job, priority=done, drain_priority=len(item.points) - done)
         if not isinstance(result, tuple):
             return None if result is None else self._skipped(item, result)
         generation, attempts = result

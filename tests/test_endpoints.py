@@ -85,3 +85,61 @@ async def test_a_row_error_does_not_count_against_the_endpoint() -> None:
         endpoint = await pool.acquire()
         await pool.release(endpoint, ok=False, endpoint_fault=False)
     assert pool.endpoints[0].healthy
+
+
+async def test_a_freed_slot_goes_to_the_highest_priority_waiting_then_to_the_first_come() -> None:
+    """Rollouts ask with the turns they still have to go: the longest chain gets the next slot;
+    equal priorities (every single-turn build) are served first come, first served."""
+    pool = _pool(1)
+    held = await pool.acquire()
+    served: list[str] = []
+
+    async def wait(name: str, priority: int) -> None:
+        endpoint = await pool.acquire(priority=priority)
+        served.append(name)
+        await pool.release(endpoint, ok=True)
+
+    line = [("a1", 1), ("b3", 3), ("c2", 2), ("d3", 3), ("e1", 1)]
+    waiters = [asyncio.ensure_future(wait(name, priority)) for name, priority in line]
+    await asyncio.sleep(0)  # every waiter is in line
+    assert served == []
+    await pool.release(held, ok=True)
+    await asyncio.gather(*waiters)
+    assert served == ["b3", "d3", "c2", "a1", "e1"]
+    assert pool.endpoints[0].in_flight == 0
+
+
+async def test_a_cancelled_waiter_leaves_the_line_and_never_keeps_a_slot() -> None:
+    pool = _pool(1)
+    held = await pool.acquire()
+    gone = asyncio.ensure_future(pool.acquire(priority=5))
+    handed = asyncio.ensure_future(pool.acquire(priority=4))
+    last = asyncio.ensure_future(pool.acquire())
+    await asyncio.sleep(0)
+    gone.cancel()  # cancelled while in line
+    await asyncio.sleep(0)  # ...and gone from it
+    await pool.release(held, ok=True)  # the slot is handed to `handed`, which has not run yet...
+    handed.cancel()  # ...and is cancelled before it does: the slot goes on to the next in line
+    assert (await last) is pool.endpoints[0]
+    assert gone.cancelled() and handed.cancelled()
+    assert pool.endpoints[0].in_flight == 1
+
+
+async def test_once_the_pool_drains_the_line_follows_the_drain_priorities_of_those_waiting_too() -> None:
+    pool = _pool(1)
+    held = await pool.acquire()
+    served: list[str] = []
+
+    async def wait(name: str, priority: int, drain: int) -> None:
+        endpoint = await pool.acquire(priority=priority, drain_priority=drain)
+        served.append(name)
+        await pool.release(endpoint, ok=True)
+
+    early = [asyncio.ensure_future(wait(n, p, d)) for n, p, d in [("a", 2, 0), ("b", 0, 5), ("c", 1, 3)]]
+    await asyncio.sleep(0)
+    pool.drain()  # the plan is exhausted: those in line are reordered
+    late = asyncio.ensure_future(wait("d", 9, 4))
+    await asyncio.sleep(0)
+    await pool.release(held, ok=True)
+    await asyncio.gather(*early, late)
+    assert served == ["b", "d", "c", "a"]

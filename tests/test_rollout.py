@@ -509,6 +509,26 @@ def test_greedy_rollouts_are_identical_across_two_builds(tmp_path: Path) -> None
     assert set(first["kind"]) <= {"rollout", "merged"}
 
 
+def test_the_order_turns_get_slots_in_changes_nothing_in_the_set(tmp_path: Path) -> None:
+    """Turns with more turns to come take free slots first (issue 26): with one slot every request
+    waits in line and that order decides when each is sent; the set is the one a build with room
+    for all of them makes."""
+    rows = _chats(8, users=4)
+    with reference_server(tmp_path, *PARSERS) as (server, ledger):
+        recipe = _recipe(tmp_path, server.url, rows)
+        roomy = _load(recipe, tmp_path)
+        one_slot = eagle3_raw.load(
+            str(recipe),
+            cache_dir=str(tmp_path / "cache-1"),
+            journal_dir=tmp_path / "journals-1",
+            progress="none",
+            **{"server.max_in_flight": 1},
+        )
+        _assert_on_policy(server.url, one_slot, rows, ledger)
+    assert one_slot.remove_columns("meta").to_list() == roomy.remove_columns("meta").to_list()
+    assert len(_rollouts(one_slot)) == len(rows)
+
+
 def test_server_and_local_rendering_make_the_same_rollouts(tmp_path: Path) -> None:
     rows = _chats(4)
     with reference_server(tmp_path, *PARSERS) as (server, _):
