@@ -4,7 +4,8 @@ memory of the bookkeeping of done rows.
 1. Writes a prompt source of N rows (default 1,000,000) and, with the journal's own API
    (``Journal.open`` / ``add_generation``), that recipe's set with every row done but the last M
    (default 10): rows of ``--tokens`` ids (default 1,024: 30 prompt + 994 generated), synthetic
-   digests. At 1M rows that is ~4.3 GB of disk.
+   digests, and the plan records the run that made them would have left (one per done source row:
+   :mod:`eagle3_raw.journal.plans`). At 1M rows that is ~4.3 GB of disk.
 2. Resumes it the way a user does, in a fresh process, against a reference server with a ledger:
    ``run()`` (the generation step of ``eagle3-raw build``), then again with ``eagle3-raw build``
    itself (stopped at its first request: it would go on to write the whole Arrow cache). The
@@ -63,7 +64,7 @@ def write_journal(recipe_path: Path, root: Path, rows: int, missing: int, tokens
     """Every row of the recipe's set but the last ``missing``, through the journal's API."""
     from eagle3_raw.journal import Journal
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.rows import RowKey
+    from eagle3_raw.rows import RowKey, id_hash
     from eagle3_raw.run import RunOptions, fresh_manifest, resolve
 
     recipe = load_recipe(recipe_path)
@@ -79,6 +80,8 @@ def write_journal(recipe_path: Path, root: Path, rows: int, missing: int, tokens
                 output_ids=output, generation=generation,
                 row={"source_id": f"p{index:07d}", "sampling_seed": index, "attempts": 1},
             )  # fmt: skip
+            if journal.sets.plans is not None:  # what the planner of the run that made them recorded
+                journal.sets.plans.add(index, id_hash(f"p{index:07d}"), 1)
     seconds = time.perf_counter() - started
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     return {"rows": rows - missing, "seconds": seconds, "bytes": size}
@@ -90,7 +93,8 @@ def written_marker(recipe_path: Path, root: Path, args: argparse.Namespace) -> d
     from eagle3_raw.run import journal_dir_for
 
     directory = journal_dir_for(load_recipe(recipe_path), root)
-    return {"set": directory.name, "rows": args.rows, "tokens": args.tokens, "missing": args.missing}
+    return {"set": directory.name, "rows": args.rows, "tokens": args.tokens, "missing": args.missing,
+            "plan_records": True}  # fmt: skip
 
 
 def journal_is_current(recipe_path: Path, root: Path, args: argparse.Namespace) -> bool:

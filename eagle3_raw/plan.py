@@ -2,7 +2,9 @@
 the journal already holds.
 
 Planning is deterministic: the same recipe and target always plan the same rows in the same order.
-For each row (a conversation's generation point and a sample) it decides, cheapest first:
+A source row whose every row key has an outcome is not even read on a resume: the planner records
+each row's number of keys as it plans it (:mod:`eagle3_raw.journal.plans`). For each row (a
+conversation's generation point and a sample) it decides, cheapest first:
 
 1. done in this set (its key has an outcome): nothing at all;
 2. its input key (:func:`eagle3_raw.identity.input_key`) led to a request journaled before, for
@@ -38,7 +40,7 @@ from eagle3_raw.identity import conversation_digest, input_context, input_key, r
 from eagle3_raw.limits import MAX_SHARDS
 from eagle3_raw.mixture import draw, recorded
 from eagle3_raw.render import generation_points
-from eagle3_raw.rows import RowKey, row_id
+from eagle3_raw.rows import RowKey, id_hash, row_id
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 
     from eagle3_raw.identity import Target
     from eagle3_raw.journal.generations import GenerationIndex
+    from eagle3_raw.journal.plans import PlanLog
     from eagle3_raw.mixture import Choice
     from eagle3_raw.prompts import Conversation
     from eagle3_raw.recipe import Recipe
@@ -242,10 +245,13 @@ class Planner:
     def __init__(
         self, recipe: Recipe, renderer: Renderer, target: Target, *, shard: Shard, exclude: KeySet,
         index: GenerationIndex, failed: KeySet | None = None,
+        plans: PlanLog | None = None,
     ) -> None:  # fmt: skip
         """``target.render`` decides who renders: ``local`` here, ``server`` through :class:`Pending`.
         ``exclude``: keys with an outcome not to redo; ``failed``: those among them that failed (a
-        rollout stops before a failed turn until ``--retry-failed``)."""
+        rollout stops before a failed turn until ``--retry-failed``). ``plans`` records each source
+        row's number of row keys as it is planned (a resume passes over the rows found done)."""
+        self.plans = plans
         self.recipe = recipe
         self.failed = failed or KeySet(_empty_keys())
         self.renderer = renderer
@@ -263,20 +269,24 @@ class Planner:
             if not self.shard.takes(item.index):
                 continue
             if isinstance(item, PromptFormatError):
+                if self.plans is not None:
+                    self.plans.add(item.index, 0, 1)  # its one key: the whole row's
                 yield Skip.from_error(RowKey(item.index, WHOLE_ROW, WHOLE_ROW), item)
-            else:
-                yield from self._conversation(item)
+                continue
+            points = generation_points(item.messages, self.recipe.turns)
+            if self.plans is not None:
+                keys = len(points) * self.recipe.sampling.samples_per_prompt
+                self.plans.add(item.index, id_hash(item.source_id), keys)
+            yield from self._conversation(item, points)
+        if self.plans is not None:
+            self.plans.flush()  # the plan is exhausted: a kill from now on loses none of it
 
-    def _conversation(self, conv: Conversation) -> Iterator[Planned]:
+    def _conversation(self, conv: Conversation, points: list[int]) -> Iterator[Planned]:
         if self.recipe.turns == "rollout":
-            yield from self._rollouts(conv)
+            yield from self._rollouts(conv, points)
             return
         samples = range(self.recipe.sampling.samples_per_prompt)
-        keys = [
-            RowKey(conv.index, point, s)
-            for point in generation_points(conv.messages, self.recipe.turns)
-            for s in samples
-        ]
+        keys = [RowKey(conv.index, point, s) for point in points for s in samples]
         keys = [k for k in keys if k not in self.exclude]
         if not keys:
             return  # every row of this conversation is done: no hashing, no rendering
@@ -302,10 +312,9 @@ class Planner:
         for key in sorted(planned):
             yield planned[key]
 
-    def _rollouts(self, conv: Conversation) -> Iterator[Planned]:
+    def _rollouts(self, conv: Conversation, points: list[int]) -> Iterator[Planned]:
         """One :class:`Rollout` per sample with a turn still to make (points past :data:`MAX_TURN`
         are skipped), stopping before a turn that failed."""
-        points = generation_points(conv.messages, "rollout")
         for sample in range(self.recipe.sampling.samples_per_prompt):
             keys = [RowKey(conv.index, p, sample) for p in points]
             blocked = next((i for i, k in enumerate(keys) if k in self.failed), len(keys))

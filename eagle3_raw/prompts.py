@@ -74,6 +74,7 @@ from eagle3_raw.datafiles import card_problem
 from eagle3_raw.errors import PromptFormatError, SourceError
 from eagle3_raw.printable import printable
 from eagle3_raw.recipe import PROMPT_SUFFIXES, prompt_source_files
+from eagle3_raw.rows import PassOver
 
 if TYPE_CHECKING:
     import datasets
@@ -123,9 +124,11 @@ class Conversation:
 
 
 def iter_conversations(
-    recipe: Recipe, *, hub_revision: str | None = None
+    recipe: Recipe, *, hub_revision: str | None = None, passed: PassOver | None = None
 ) -> Iterator[Conversation | PromptFormatError]:
-    """The conversations of ``recipe.prompts`` in canonical order, lazily (see the module docs).
+    """The conversations of ``recipe.prompts`` in canonical order, lazily (see the module docs),
+    leaving out the rows ``passed`` names (a resume's done rows: never parsed, their ids still
+    count for the duplicate check).
 
     Raises :class:`SourceError` at call time when the source as a whole cannot be opened (missing
     path, unknown extension, unreadable file, Hub dataset not found) or has a problem every row
@@ -135,7 +138,7 @@ def iter_conversations(
     """
     table = open_source(recipe, hub_revision=hub_revision)
     check_source(table, recipe.prompts)
-    return _conversations(_taken(table, recipe.prompts), recipe.prompts)
+    return _conversations(_taken(table, recipe.prompts, passed), recipe.prompts, passed)
 
 
 def check_source(table: _Table, prompts: PromptsConfig) -> None:
@@ -184,12 +187,20 @@ _FORMAT_COLUMNS: Mapping[str, tuple[str, ...]] = {
 # --- rows -> conversations -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _Raw:
-    """A source row as read: parsed data (or an _Unreadable) and where it came from."""
+    """A source row as read: its data (or an _Unreadable) and where it came from. A JSON Lines row
+    is parsed on first use, so a row passed over costs no parsing."""
 
-    data: Any
-    where: str
+    __slots__ = ("_data", "_line", "where")
+
+    def __init__(self, data: Any, where: str, *, line: bytes | None = None) -> None:
+        self._data, self._line, self.where = data, line, where
+
+    @property
+    def data(self) -> Any:
+        if self._line is not None:
+            self._data, self._line = _parse_line(self._line), None
+        return self._data
 
 
 @dataclass(frozen=True)
@@ -207,18 +218,25 @@ class _Malformed(Exception):
 
 
 def _conversations(
-    rows: Iterable[_Raw], prompts: PromptsConfig
+    rows: Iterable[_Raw | None], prompts: PromptsConfig, passed: PassOver | None
 ) -> Iterator[Conversation | PromptFormatError]:
     seen: dict[str, int] = {}
     for index, raw in enumerate(rows):
+        if raw is None or (passed is not None and passed.skips(index)):
+            continue
         item = _convert(index, raw, prompts)
         if isinstance(item, Conversation):
-            item = _check_unique(item, seen, raw.where)
+            item = _check_unique(item, seen, raw.where, passed)
         yield item
 
 
-def _check_unique(conv: Conversation, seen: dict[str, int], where: str) -> Conversation | PromptFormatError:
+def _check_unique(
+    conv: Conversation, seen: dict[str, int], where: str, passed: PassOver | None
+) -> Conversation | PromptFormatError:
     first = seen.setdefault(conv.source_id, conv.index)
+    if first == conv.index and passed is not None:
+        earlier = passed.first_with_id(conv.source_id)  # a row passed over is never in `seen`
+        first = earlier if earlier is not None and earlier < conv.index else first
     if first == conv.index:
         return conv
     message = f"row {conv.source_id!r}: duplicate id, first seen at row {first} ({where})"
@@ -506,11 +524,13 @@ def count_source_rows(recipe: Recipe) -> int | None:
     return count if limit is None else min(count, limit)
 
 
-def _taken(table: _Table, prompts: PromptsConfig) -> Iterator[_Raw]:
+def _taken(table: _Table, prompts: PromptsConfig, passed: PassOver | None = None) -> Iterator[_Raw | None]:
+    """The rows in canonical order; None for a shuffled row ``passed`` names (not read at all)."""
     if prompts.shuffle_seed is None:
         return itertools.islice(table.stream(), prompts.limit)
     order = shuffled_positions(table.count(), prompts.shuffle_seed)[: prompts.limit]
-    return (table.at(position) for position in order)
+    skips = passed.skips if passed is not None else lambda _: False
+    return (None if skips(k) else table.at(position) for k, position in enumerate(order))
 
 
 def shuffled_positions(count: int, seed: int) -> list[int]:
@@ -634,7 +654,7 @@ class _JsonlFile:
         with _reading(self.path), self.path.open("rb") as handle:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
-                    yield _Raw(_parse_line(line), f"{self.name} line {number}")
+                    yield _Raw(None, f"{self.name} line {number}", line=line)
 
     def count(self) -> int:
         return len(self._index())

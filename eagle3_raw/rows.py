@@ -14,12 +14,15 @@ component the conversation was drawn (its index and what it sets, as JSON), null
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import datasets
+    import numpy as np
+    import numpy.typing as npt
     import pyarrow as pa
 
 #: Keys of ``meta`` and their Arrow types (see :func:`arrow_schema`).
@@ -114,6 +117,57 @@ class Row:
 def row_id(source_id: str, turn: int, sample: int) -> str:
     """The id of the row generated for ``source_id``'s assistant turn ``turn``, sample ``sample``."""
     return f"{source_id}:{turn}:{sample}"
+
+
+def id_hash(source_id: str) -> int:
+    """A source id as a non-zero 64-bit hash (0 stands for a row without an id)."""
+    return int.from_bytes(hashlib.blake2b(source_id.encode(), digest_size=8).digest(), "little") | 1
+
+
+@dataclass(frozen=True)
+class PassOver:
+    """Source rows a resume passes over without reading them (every row key of theirs has an
+    outcome: :func:`eagle3_raw.journal.plans.pass_over`), by index; and the hashes of their ids
+    (:func:`id_hash`, sorted, with their indices) so that a later row repeating one of those ids is
+    still refused as a duplicate."""
+
+    rows: bytearray
+    """One byte per source index, 1 for a row passed over (a bytearray: a lookup per row is ~30 ns)."""
+    id_hashes: npt.NDArray[np.uint64]
+    id_rows: npt.NDArray[np.int64]
+
+    @classmethod
+    def nothing(cls) -> PassOver:
+        import numpy as np
+
+        return cls(bytearray(), np.empty(0, np.uint64), np.empty(0, np.int64))
+
+    @classmethod
+    def of(cls, indices: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64]) -> PassOver:
+        """Rows ``indices`` passed over, ``hashes`` their ids' hashes (0: no id)."""
+        import numpy as np
+
+        rows = np.zeros(int(indices.max()) + 1 if len(indices) else 0, np.uint8)
+        rows[indices] = 1
+        named = hashes != 0
+        order = np.lexsort((indices[named], hashes[named]))
+        return cls(bytearray(rows.tobytes()), hashes[named][order], indices[named][order])
+
+    def __len__(self) -> int:
+        return self.rows.count(1)
+
+    def skips(self, index: int) -> bool:
+        return index < len(self.rows) and self.rows[index] == 1
+
+    def first_with_id(self, source_id: str) -> int | None:
+        """The first row passed over whose id is ``source_id`` (by hash), or None."""
+        import numpy as np
+
+        if not len(self.id_hashes):
+            return None
+        wanted = np.uint64(id_hash(source_id))
+        at = int(np.searchsorted(self.id_hashes, wanted))
+        return int(self.id_rows[at]) if at < len(self.id_hashes) and self.id_hashes[at] == wanted else None
 
 
 def merged_row_id(source_id: str, sample: int) -> str:

@@ -40,10 +40,12 @@ from eagle3_raw.errors import (
 )
 from eagle3_raw.feed import JobFeed, gather_or_fail
 from eagle3_raw.identity import Target, code_digest, set_config_id
+from eagle3_raw.journal.plans import pass_over
 from eagle3_raw.journal.spill import spill_root
 from eagle3_raw.plan import KeySet, Planner, Shard, planned_rows
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.redact import scrub
+from eagle3_raw.rows import PassOver
 from eagle3_raw.runtime import open_file_budget, run_sync, signals_cancel
 from eagle3_raw.shards import check_whole, mark_complete, missing, whole_count
 from eagle3_raw.template_limits import interruptible
@@ -223,6 +225,7 @@ class _Build:
         self.display = ProgressDisplay(options.progress, log_interval=options.log_interval)
         self.stop = threading.Event()
         self.spilled: Spilled | None = None
+        self._passed: PassOver | None = None  # the done source rows the planner is not shown
 
     def interrupted_message(self) -> str:
         return f"interrupted: {self.stats.rows} new rows this run; {self.where_rows_are()}"
@@ -356,15 +359,17 @@ class _Build:
         ended = journal.failed_keys(done, ("ended",))
         shard = self.options.shard
         self.stats.replayed = int(np.count_nonzero((done >> 24) % shard.count == shard.index))  # this shard's
-        exclude = KeySet(union_keys(done, failed, ended))
+        excluded = union_keys(done, failed, ended)
+        self._passed = pass_over(journal.sets.plan_records(), excluded)
         return Planner(
             self.recipe,
             renderer,
             self.target,
             shard=shard,
-            exclude=exclude,
+            exclude=KeySet(excluded),
             index=index,
             failed=KeySet(failed),
+            plans=journal.sets.plans,
         )
 
     async def _write_held(self, journal: Journal) -> None:
@@ -440,7 +445,8 @@ class _Build:
 
         chunk: list[Any] = []
         counting = False
-        for item in planner.plan(iter_conversations(self.recipe, hub_revision=hub_revision)):
+        conversations = iter_conversations(self.recipe, hub_revision=hub_revision, passed=self._passed)
+        for item in planner.plan(conversations):
             chunk.append(item)
             self.stats.note_planned(item.key.index, planned_rows(item))
             if len(chunk) >= _CHUNK or feed.hungry.is_set():

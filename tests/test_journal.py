@@ -719,3 +719,33 @@ def test_journal_root_follows_the_environment(monkeypatch: pytest.MonkeyPatch, t
     assert journal_root() == tmp_path / "journals"
     monkeypatch.delenv("EAGLE3_RAW_JOURNAL_DIR")
     assert journal_root() == Path.home() / ".cache" / "eagle3_raw" / "journals"
+
+
+def test_plan_records_survive_a_torn_tail_and_damage_only_costs_the_rows_they_name(tmp_path: Path) -> None:
+    """The plan records a resume passes over done source rows by (issue 26): a torn or zeroed tail
+    (a kill, a crash before the file's blocks were written) and damaged or disagreeing records are
+    left out, never misread; a row counts as done only when all its keys have outcomes."""
+    import numpy as np
+
+    from eagle3_raw.journal.plans import PlanLog, pass_over, read_plans
+    from eagle3_raw.journal.sets import pack_keys
+
+    first = PlanLog(tmp_path / "plan-0-of-1-a-0.bin")
+    for index in range(8):
+        first.add(index, 1000 + index, 2)
+    first.close()
+    second = PlanLog(tmp_path / "plan-0-of-1-a-1.bin")
+    second.add(3, 1003, 2)  # the same fact again: kept
+    second.add(5, 1005, 3)  # disagrees about row 5: it is read from the source
+    second.close()
+    with (tmp_path / "plan-0-of-1-a-0.bin").open("r+b") as f:
+        f.seek(24 * 6 + 9)  # damage record 6
+        f.write(b"\xff")
+        f.seek(0, os.SEEK_END)
+        f.write(bytes(24) + b"\x01" * 11)  # a zeroed record, then a torn one
+    records = read_plans(tmp_path)
+    assert records["index"].tolist() == [0, 1, 2, 3, 4, 7]
+    keys = [pack_keys(i, t, 0) for i in range(8) for t in (1, 3) if (i, t) != (2, 3)]  # row 2: one missing
+    passed = pass_over(records, np.sort(np.array(keys, np.int64)))
+    assert [i for i in range(9) if passed.skips(i)] == [0, 1, 3, 4, 7]
+    assert len(passed) == 5

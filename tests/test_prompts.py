@@ -12,6 +12,7 @@ import pytest
 from eagle3_raw.errors import PromptFormatError, SourceError
 from eagle3_raw.prompts import Conversation, content_id, iter_conversations, shuffled_positions
 from eagle3_raw.recipe import Recipe, parse_recipe
+from eagle3_raw.rows import PassOver, id_hash
 
 try:
     from tests.support.hub_server import HubServer, hub, hub_server
@@ -273,6 +274,38 @@ def test_duplicate_ids_from_the_id_column(tmp_path: Path) -> None:
     got = items(source=str(write_jsonl(tmp_path / "d.jsonl", rows)), id_column="id")
     assert [outcome(i) for i in got] == ["a", "b", "error a"]
     assert "row 'a': duplicate id, first seen at row 0 (d.jsonl line 3)" in str(got[2])
+
+
+@pytest.mark.parametrize("shuffle_seed", [None, 3])
+def test_rows_a_resume_passes_over_are_never_parsed_and_their_ids_still_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shuffle_seed: int | None
+) -> None:
+    """A resume's done source rows (issue 26) are left out before parsing; a later row repeating
+    the id of one of them is still a duplicate, naming it; the other rows keep their indices."""
+    import numpy as np
+
+    import eagle3_raw.prompts as prompts_module
+
+    rows = [*prompt_rows(8), {"id": "p3", "prompt": "a second p3"}, *prompt_rows(2, start=8)]
+    source = str(write_jsonl(tmp_path / "r.jsonl", rows))
+    recipe = make_recipe(source=source, id_column="id", shuffle_seed=shuffle_seed)
+    every = list(iter_conversations(recipe))
+    ids = {item.index: item.source_id if isinstance(item, Conversation) else item.row_id for item in every}
+    passed_indices = np.arange(6, dtype=np.int64)
+    hashes = np.array([id_hash(ids[i]) for i in range(6)], np.uint64)
+    parsed: list[bytes] = []
+    real_parse = prompts_module._parse_line
+    monkeypatch.setattr(prompts_module, "_parse_line", lambda line: parsed.append(line) or real_parse(line))
+    got = list(iter_conversations(recipe, passed=PassOver.of(passed_indices, hashes)))
+    assert [i.index for i in got] == [i.index for i in every if i.index >= 6]
+    assert [outcome(i) for i in got] == [outcome(i) for i in every if i.index >= 6]
+    order = shuffled_positions(len(rows), shuffle_seed) if shuffle_seed is not None else range(len(rows))
+    passed_rows = [rows[order[i]] for i in range(6)]
+    parsed_rows = [orjson.loads(line) for line in parsed[1:]]  # the first: the source check reads row 0
+    assert parsed[0] == orjson.dumps(rows[0]) + b"\n"
+    assert not [r for r in parsed_rows if r in passed_rows]
+    if shuffle_seed is None:  # in file order, the second p3 is row 8: its twin, row 3, was passed over
+        assert "row 'p3': duplicate id, first seen at row 3" in str(got[2])
 
 
 @pytest.mark.parametrize("value", [None, "", 1.5, True, ["x"]])

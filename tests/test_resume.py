@@ -12,6 +12,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -406,6 +407,78 @@ def test_rows_that_fail_for_good_are_recorded_and_retried_on_request(tmp_path: P
         run(moved, options)
         assert len(generations(ledger)) == asked, "failed rows were asked again without --retry-failed"
     _assert_failures_retried(moved, tmp_path)
+
+
+def test_a_resume_passes_over_done_source_rows_without_reading_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26: a resume shows the planner only the source rows with a key still to make; the done
+    ones are not parsed (past the rows the start-up checks sample). Failed rows retried on request
+    are read again, and the set is the one an uninterrupted build makes; without plan records (an
+    older journal) a rerun reads every row again and makes nothing twice."""
+    import eagle3_raw.prompts as prompts_module
+    from eagle3_raw.plan import Planner
+
+    write_prompts(tmp_path, 260)
+    with reference_server(tmp_path, "--faults", "http500=0.2", "--fault-seed", "5") as (server, _):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url], server={"max_retries": 0}, sampling={"samples_per_prompt": 2}
+        )
+        first = run(load_recipe(recipe), RunOptions(journal_dir=tmp_path / "journals", progress="none"))
+    failed_rows = {f["id"].split(":")[0] for f in _failure_records(recipe, tmp_path)}
+    shutil.copytree(tmp_path / "journals", tmp_path / "old-journals")
+    assert first.summary.failed and 0 < len(failed_rows) < 200
+    shown: list[str] = []
+    parsed: list[str] = []
+    plan, parse = Planner.plan, prompts_module._parse_line
+
+    def spy_plan(self: Planner, conversations: Any) -> Any:
+        return plan(self, (c for c in conversations if shown.append(c.source_id) or True))
+
+    monkeypatch.setattr(Planner, "plan", spy_plan)
+    monkeypatch.setattr(prompts_module, "_parse_line", lambda line: parsed.append(line) or parse(line))
+    with reference_server(tmp_path) as (clean_server, _):
+        again = load_recipe(recipe, {"server.endpoints": [clean_server.url]})
+        options = RunOptions(journal_dir=tmp_path / "journals", progress="none", retry_failed=True)
+        resumed = run(again, options)
+        monkeypatch.undo()
+        assert sorted(shown) == sorted(failed_rows)  # the done rows never reach the planner
+        late = {orjson_id(line) for line in parsed if int(orjson_id(line)[1:]) >= 200}  # past the checks
+        assert late == {r for r in failed_rows if int(r[1:]) >= 200}
+        assert resumed.summary.run_rows > 0 and not resumed.summary.failed
+        for plans in journal_dir_for(again, tmp_path / "old-journals").glob("plan-*.bin"):
+            plans.unlink()  # as an older journal has none
+        monkeypatch.setattr(Planner, "plan", spy_plan)
+        shown.clear()
+        old = run(again, replace(options, journal_dir=tmp_path / "old-journals"))
+        monkeypatch.undo()
+        assert len(shown) == 260 and old.summary.run_rows == resumed.summary.run_rows  # all read, same work
+        moved = {"server.endpoints": [clean_server.url]}
+        built = [
+            eagle3_raw.load(
+                str(recipe),
+                cache_dir=str(tmp_path / f"cache-{j}"),
+                journal_dir=tmp_path / j,
+                progress="none",
+                **moved,
+            )
+            for j in ("journals", "old-journals")
+        ]
+        clean = _clean_build(recipe, tmp_path, **moved)
+    for made in built:
+        _assert_same_rows(made, clean)
+    assert len(clean) == 520
+
+
+def orjson_id(line: bytes) -> str:
+    import orjson
+
+    return str(orjson.loads(line)["id"])
+
+
+def _failure_records(recipe: Path, work: Path) -> list[dict[str, Any]]:
+    with Journal.read_dir(journal_dir_for(load_recipe(recipe), work / "journals")) as journal:
+        return journal.failures()
 
 
 def _assert_failures_retried(recipe: Any, work: Path) -> None:

@@ -9,6 +9,7 @@ deletes its ``.incomplete`` folder on any error)::
     sets/<config id>/             one set: the outcome of each of its rows
         manifest.json, manifest.lock     what the set is, its target, recipe, retry epoch, history
         out-<shard>-<host>-<n>.bin|.idx|.lock   outcome logs (a row by digest, or a failure)
+        plan-<shard>-<host>-<n>.bin   each planned source row's number of row keys (:mod:`.plans`)
         shard-<i>-of-<N>.lock     held by the process writing that shard
         complete-<i>-of-<N>.json  the shard has an outcome for every row it planned
 
@@ -16,9 +17,10 @@ The package, by concern: :mod:`.files` (OSError handling, private folders, no sy
 points, locks), :mod:`.records` (the framed records and their payloads), :mod:`.log` (one writer's
 data and index files: commit order, recovery, full disks), :mod:`.generations` (the store by
 request digest and its memo by input key), :mod:`.sets` (a set's outcomes), :mod:`.manifest` (a
-set's manifest), :mod:`.store` (:class:`Journal`, both joined, and reading a set back) and
-:mod:`.roots` (listing and pruning journals), :mod:`.spill` (what a full disk had no room for,
-kept elsewhere until a rerun takes it back). Import from here.
+set's manifest), :mod:`.plans` (the source rows a resume need not read), :mod:`.store`
+(:class:`Journal`, both joined, and reading a set back) and :mod:`.roots` (listing and pruning
+journals), :mod:`.spill` (what a full disk had no room for, kept elsewhere until a rerun takes it
+back). Import from here.
 
 **Identity.** Rows are matched by what was sent, never by position (:mod:`eagle3_raw.identity`):
 a row's outcome names the digest of its request; a generation is kept once per model however many

@@ -1,8 +1,9 @@
 """A set's journal: the outcome of each of its rows, by row key, pointing at generations by digest.
 
 ``<root>/sets/<config id>/`` holds the manifest (:mod:`.manifest`), the outcome logs of every
-process that worked on the set (``out-<shard>-<host>-<n>``, :mod:`.log`), the shard locks, and the
-shards' completion markers (:mod:`eagle3_raw.shards`). An outcome is a row (its key, the digest of
+process that worked on the set (``out-<shard>-<host>-<n>``, :mod:`.log`) with their plan records
+(``plan-<shard>-<host>-<n>.bin``, :mod:`.plans`), the shard locks, and the shards' completion
+markers (:mod:`eagle3_raw.shards`). An outcome is a row (its key, the digest of
 its generation, the row's seed and attempts) or a failure (the reason, the kind, the retry epoch).
 
 Exactly once: outcomes are never rewritten. Readers take, per key, its first row outcome (lowest
@@ -26,6 +27,7 @@ from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.files import check_journal_dirs, lock_holder, make_private_dir, try_lock
 from eagle3_raw.journal.log import LogKind, LogWriter, RecordReader, entry_columns, log_files
 from eagle3_raw.journal.manifest import open_manifest, read_manifest, update_manifest
+from eagle3_raw.journal.plans import PlanLog, plan_path, read_plans
 from eagle3_raw.journal.records import (
     FAILURE,
     MAGIC_OUTCOME,
@@ -102,6 +104,8 @@ class SetJournal:
         self.directory = directory
         self.manifest = manifest
         self._writer: LogWriter | None = None
+        self.plans: PlanLog | None = None
+        """Where this process records the source rows it plans (None: opened read-only)."""
         self._shard_lock: int | None = None
         self._reader = RecordReader(MAGIC_OUTCOME)
 
@@ -119,6 +123,7 @@ class SetJournal:
         try:
             journal._shard_lock = _lock_shard(directory, shard)
             journal._writer = LogWriter(directory, f"out-{shard}", OUTCOME_LOG, flush_interval=flush_interval)
+            journal.plans = PlanLog(plan_path(journal._writer.path))
         except BaseException:
             journal.close()
             raise
@@ -173,6 +178,10 @@ class SetJournal:
         """Change the manifest (a function of the manifest dict), under its lock."""
         self.manifest = update_manifest(self.directory, change)
 
+    def plan_records(self) -> Any:
+        """Every shard's valid plan records (:func:`~eagle3_raw.journal.plans.read_plans`)."""
+        return read_plans(self.directory)
+
     def flush(self) -> None:
         if self._writer is not None:
             self._writer.flush()
@@ -182,6 +191,8 @@ class SetJournal:
 
     def close(self) -> None:
         try:
+            if self.plans is not None:
+                self.plans.close()
             if self._writer is not None:
                 self._writer.close()
         finally:
