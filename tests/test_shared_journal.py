@@ -189,7 +189,7 @@ def test_a_writer_never_cuts_deletes_or_adopts_another_hosts_files(tmp_path: Pat
         other = _build(recipe, tmp_path / "other", "--shard", "1/2")
         assert other.wait(timeout=scaled(120)) == 0, other.communicate()[1][-2000:]
         logs = _as_other_host(tmp_path / "other", shared)
-        assert {p.name.split("-otherhost-")[0] for p in logs} == {"gen", "out-1-of-2"}
+        assert {p.name.split("-otherhost-")[0] for p in logs} == {"gen", "out-1-of-2", "plan-1-of-2"}
         for log in logs:  # otherhost is writing a record and its entry right now
             with log.open("ab") as f:
                 f.write(os.urandom(37) if log.suffix == ".bin" else b"\x07" * 20)
