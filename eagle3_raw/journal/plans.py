@@ -158,7 +158,8 @@ def pass_over(records: npt.NDArray[np.void], exclude: npt.NDArray[np.int64]) -> 
 
     if not len(records) or not len(exclude):
         return PassOver.nothing()
-    indices = records["index"]
-    counts = np.bincount(exclude >> 24, minlength=int(indices[-1]) + 1)
-    done = records[counts[indices] == records["keys"]]
+    limit = int(exclude[-1] >> 24) + 1  # a row past the last one with an outcome is read (and nothing
+    records = records[records["index"] < limit]  # is allocated for an index no outcome names)
+    counts = np.bincount(exclude >> 24, minlength=limit)
+    done = records[counts[records["index"]] == records["keys"]]
     return PassOver.of(done["index"], done["id"])
