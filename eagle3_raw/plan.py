@@ -40,7 +40,7 @@ from eagle3_raw.identity import conversation_digest, input_context, input_key, r
 from eagle3_raw.limits import MAX_SHARDS
 from eagle3_raw.mixture import draw, recorded
 from eagle3_raw.render import generation_points
-from eagle3_raw.rows import RowKey, id_hash, row_id
+from eagle3_raw.rows import PassOver, RowKey, id_hash, row_id
 
 if TYPE_CHECKING:
     import numpy as np
@@ -245,13 +245,15 @@ class Planner:
     def __init__(
         self, recipe: Recipe, renderer: Renderer, target: Target, *, shard: Shard, exclude: KeySet,
         index: GenerationIndex, failed: KeySet | None = None,
-        plans: PlanLog | None = None,
+        plans: PlanLog | None = None, passed: PassOver | None = None,
     ) -> None:  # fmt: skip
         """``target.render`` decides who renders: ``local`` here, ``server`` through :class:`Pending`.
         ``exclude``: keys with an outcome not to redo; ``failed``: those among them that failed (a
         rollout stops before a failed turn until ``--retry-failed``). ``plans`` records each source
-        row's number of row keys as it is planned (a resume passes over the rows found done)."""
+        row's number of row keys as it is planned; ``passed``: the source rows found done by them,
+        which the source reader leaves out (:func:`~eagle3_raw.prompts.iter_conversations`)."""
         self.plans = plans
+        self.passed = passed
         self.recipe = recipe
         self.failed = failed or KeySet(_empty_keys())
         self.renderer = renderer

@@ -45,7 +45,6 @@ from eagle3_raw.journal.spill import spill_root
 from eagle3_raw.plan import KeySet, Planner, Shard, planned_rows
 from eagle3_raw.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.redact import scrub
-from eagle3_raw.rows import PassOver
 from eagle3_raw.runtime import open_file_budget, run_sync, signals_cancel
 from eagle3_raw.shards import check_whole, mark_complete, missing, whole_count
 from eagle3_raw.template_limits import interruptible
@@ -225,7 +224,6 @@ class _Build:
         self.display = ProgressDisplay(options.progress, log_interval=options.log_interval)
         self.stop = threading.Event()
         self.spilled: Spilled | None = None
-        self._passed: PassOver | None = None  # the done source rows the planner is not shown
 
     def interrupted_message(self) -> str:
         return f"interrupted: {self.stats.rows} new rows this run; {self.where_rows_are()}"
@@ -360,7 +358,6 @@ class _Build:
         shard = self.options.shard
         self.stats.replayed = int(np.count_nonzero((done >> 24) % shard.count == shard.index))  # this shard's
         excluded = union_keys(done, failed, ended)
-        self._passed = pass_over(journal.sets.plan_records(), excluded)
         return Planner(
             self.recipe,
             renderer,
@@ -370,6 +367,7 @@ class _Build:
             index=index,
             failed=KeySet(failed),
             plans=journal.sets.plans,
+            passed=pass_over(journal.sets.plan_records(), excluded),
         )
 
     async def _write_held(self, journal: Journal) -> None:
@@ -445,7 +443,7 @@ class _Build:
 
         chunk: list[Any] = []
         counting = False
-        conversations = iter_conversations(self.recipe, hub_revision=hub_revision, passed=self._passed)
+        conversations = iter_conversations(self.recipe, hub_revision=hub_revision, passed=planner.passed)
         for item in planner.plan(conversations):
             chunk.append(item)
             self.stats.note_planned(item.key.index, planned_rows(item))

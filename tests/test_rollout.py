@@ -81,10 +81,9 @@ def _recipe(work: Path, url: str, rows: list[dict[str, Any]], **sections: Any) -
     return write_recipe(work, endpoints=[url], source="chats.jsonl", sampling=sampling, **sections)
 
 
-def _load(recipe: Path, work: Path, tag: str = "") -> datasets.Dataset:
-    return eagle3_raw.load(
-        str(recipe), cache_dir=str(work / f"cache{tag}"), journal_dir=work / f"journals{tag}", progress="none"
-    )
+def _load(recipe: Path, work: Path, tag: str = "", **overrides: Any) -> datasets.Dataset:
+    cache, journals = str(work / f"cache{tag}"), work / f"journals{tag}"
+    return eagle3_raw.load(str(recipe), cache_dir=cache, journal_dir=journals, progress="none", **overrides)
 
 
 def _failures(recipe: Path, work: Path, tag: str = "") -> list[dict[str, Any]]:
@@ -517,13 +516,7 @@ def test_the_order_turns_get_slots_in_changes_nothing_in_the_set(tmp_path: Path)
     with reference_server(tmp_path, *PARSERS) as (server, ledger):
         recipe = _recipe(tmp_path, server.url, rows)
         roomy = _load(recipe, tmp_path)
-        one_slot = eagle3_raw.load(
-            str(recipe),
-            cache_dir=str(tmp_path / "cache-1"),
-            journal_dir=tmp_path / "journals-1",
-            progress="none",
-            **{"server.max_in_flight": 1},
-        )
+        one_slot = _load(recipe, tmp_path, "-1", **{"server.max_in_flight": 1})
         _assert_on_policy(server.url, one_slot, rows, ledger)
     assert one_slot.remove_columns("meta").to_list() == roomy.remove_columns("meta").to_list()
     assert len(_rollouts(one_slot)) == len(rows)
@@ -534,13 +527,7 @@ def test_server_and_local_rendering_make_the_same_rollouts(tmp_path: Path) -> No
     with reference_server(tmp_path, *PARSERS) as (server, _):
         recipe = _recipe(tmp_path, server.url, rows)
         served = _load(recipe, tmp_path)
-        local = eagle3_raw.load(
-            str(recipe),
-            cache_dir=str(tmp_path / "cache-l"),
-            journal_dir=tmp_path / "journals-l",
-            progress="none",
-            **{"model.render": "local"},
-        )
+        local = _load(recipe, tmp_path, "-l", **{"model.render": "local"})
     assert served["input_ids"] == local["input_ids"] and served["id"] == local["id"]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ _SALT = 0x5A17E3D1
 _MASK64 = (1 << 64) - 1
 _BUFFER = 1 << 16
 _INTERVAL = 1.0  # seconds: like the outcome log's flushes, a kill loses about a second of records
+_RECORD = struct.Struct("<qQII")  # index, id hash, keys, check: the layout of _dtype()
 
 
 def _dtype() -> np.dtype[np.void]:
@@ -72,14 +74,11 @@ class PlanLog:
 
     def add(self, index: int, id_hash: int, keys: int) -> None:
         """Record that source row ``index`` (its id hashed: ``id_hash``, 0 for none) has ``keys`` row keys."""
-        import numpy as np
-
-        record = np.zeros(1, _dtype())
-        record[0] = (index, id_hash, keys, _check(index, id_hash, keys))
+        record = _RECORD.pack(index, id_hash, keys, _check(index, id_hash, keys))
         with self._lock:
             if self._failed:
                 return
-            self._buffer += record.tobytes()
+            self._buffer += record
             if len(self._buffer) >= _BUFFER or time.monotonic() - self._written_at >= _INTERVAL:
                 self._write()
 
@@ -130,9 +129,8 @@ def read_plans(directory: Path) -> npt.NDArray[np.void]:
     first = np.ones(len(records), bool)
     first[1:] = index[1:] != index[:-1]
     starts = np.flatnonzero(first)
-    same = (records["keys"] == records["keys"][starts][np.cumsum(first) - 1]) & (
-        records["id"] == records["id"][starts][np.cumsum(first) - 1]
-    )
+    group_first = starts[np.cumsum(first) - 1]  # each record's first record of its index
+    same = (records["keys"] == records["keys"][group_first]) & (records["id"] == records["id"][group_first])
     agreed = np.logical_and.reduceat(same, starts) if len(starts) else np.empty(0, bool)
     return records[starts][agreed]
 

@@ -178,7 +178,7 @@ class SetJournal:
         """Change the manifest (a function of the manifest dict), under its lock."""
         self.manifest = update_manifest(self.directory, change)
 
-    def plan_records(self) -> Any:
+    def plan_records(self) -> npt.NDArray[np.void]:
         """Every shard's valid plan records (:func:`~eagle3_raw.journal.plans.read_plans`)."""
         return read_plans(self.directory)
 
