@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from eagle3_raw import codedigest
+
 if TYPE_CHECKING:
     from eagle3_raw.prompts import Conversation
     from eagle3_raw.recipe import Recipe
@@ -40,10 +42,6 @@ DIGEST_BYTES = 16
 TARGET_KEYS = ("model_path", "served_model_name", "weight_version", "version")
 """What a server reports about the model it serves that decides its outputs (``/model_info`` and
 ``/server_info``): a generation made by another model, weights or SGLang version is another one."""
-
-#: Modules whose code turns a source row into a request; their bytes enter every input key and set id.
-_REQUEST_MODULES = ("prompts", "render", "chatpath", "plan", "identity", "recipe", "mixture", "rollout")
-
 
 @dataclass(frozen=True)
 class Target:
@@ -180,17 +178,10 @@ def set_config_id(recipe: Recipe, target: Target) -> str:
 
 @functools.cache
 def code_digest() -> str:
-    """sha256 (16 hex digits) of the modules that turn source rows into requests: a code change that
-    could change a request invalidates every memo and set id, never a generation."""
-    import importlib.util
-    from pathlib import Path
-
-    digest = hashlib.sha256()
-    for name in _REQUEST_MODULES:
-        spec = importlib.util.find_spec(f"eagle3_raw.{name}")
-        if spec is not None and spec.origin:
-            digest.update(name.encode() + b"\0" + Path(spec.origin).read_bytes())
-    return digest.hexdigest()[:16]
+    """The digest of the code that shapes rows (:mod:`eagle3_raw.codedigest`): a code change that
+    could change a request or a row invalidates every memo and set id, never a generation; a move, a
+    rename or a docstring edit changes none."""
+    return codedigest.code_digest()
 
 
 def _canonical(value: Any) -> bytes:
