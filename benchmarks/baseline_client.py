@@ -43,10 +43,10 @@ class Request:
 
 def plan_requests(recipe_source: Any) -> tuple[list[Request], list[str]]:
     """The recipe's requests in canonical order, and its endpoints (eagle3_raw's planner)."""
-    from eagle3_raw.plan import Job, Limits, Shard, plan_jobs
-    from eagle3_raw.prompts import iter_conversations
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.render import Renderer
+    from eagle3_raw.run.plan import Job, Limits, Shard, plan_jobs
+    from eagle3_raw.run.render import Renderer
+    from eagle3_raw.source.prompts import iter_conversations
 
     recipe = load_recipe(recipe_source)
     jobs = plan_jobs(iter_conversations(recipe), Renderer(recipe), recipe,

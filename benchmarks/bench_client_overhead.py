@@ -1,7 +1,7 @@
 """Client overhead: how fast eagle3_raw can move generated tokens into its journal, and at what CPU cost.
 
 The reference server runs without capacity mode (no simulated latency: each generation is made
-inline and answered at once) in its own process; eagle3_raw (``eagle3_raw.run.run``, default
+inline and answered at once) in its own process; eagle3_raw (``eagle3_raw.run.build.run``, default
 in-flight limit, progress off) builds into a fresh journal in another process. Both share this
 machine's cores, so the server's CPU is reported too, and by default the server is made as cheap as
 it can be: ``--skip-tokenizer-init`` (no output text to decode; eagle3_raw reads only
@@ -73,7 +73,7 @@ def child(recipe_path: Path, journal_dir: Path, profile: Path | None) -> dict[st
     """Run eagle3_raw into ``journal_dir``; read the journal back; counters for the parent."""
     from eagle3_raw.journal import Journal
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import RunOptions, run
+    from eagle3_raw.run.build import RunOptions, run
 
     recipe = load_recipe(recipe_path)
     profiler = cProfile.Profile() if profile else None
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         print(json.dumps(child(Path(args.child), args.journal, args.profile_to)))
         return
-    from eagle3_raw.reference.launch import launch_reference
+    from eagle3_raw.launching.reference import launch_reference
 
     server_args = shlex.split(args.server_args)
     print(f"machine: {common.machine()}; client and {args.servers} reference server(s) share it")

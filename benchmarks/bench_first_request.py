@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from eagle3_raw.reference.launch import launch_reference
+from eagle3_raw.launching.reference import launch_reference
 
 
 def write_source(path: Path, rows: int) -> None:

@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         print(json.dumps(child(Path(args.child))))
         return
-    from eagle3_raw.reference.launch import launch_reference
+    from eagle3_raw.launching.reference import launch_reference
 
     print(f"machine: {common.machine()}")
     print("rows of ~1k tokens (~30 prompt + 994 generated); eagle3_raw.load() in a fresh process per size")

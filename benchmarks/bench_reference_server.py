@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.launching.reference import ReferenceProcess, launch_reference
 from eagle3_raw.reference.model_files import load_raw_tokenizer
 
 _TOPICS = ("rivers", "sorting", "bread", "TCP", "tax law", "volcanoes", "git", "the moon")

@@ -65,7 +65,7 @@ def write_journal(recipe_path: Path, root: Path, rows: int, missing: int, tokens
     from eagle3_raw.journal import Journal
     from eagle3_raw.recipe import load_recipe
     from eagle3_raw.rows import RowKey, id_hash
-    from eagle3_raw.run import RunOptions, fresh_manifest, resolve
+    from eagle3_raw.run.build import RunOptions, fresh_manifest, resolve
 
     recipe = load_recipe(recipe_path)
     target = resolve(recipe, RunOptions(journal_dir=root))
@@ -90,7 +90,7 @@ def write_journal(recipe_path: Path, root: Path, rows: int, missing: int, tokens
 def written_marker(recipe_path: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """What ``root`` holds once :func:`write_journal` is done: the set as this code names it, its shape."""
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import journal_dir_for
+    from eagle3_raw.run.build import journal_dir_for
 
     directory = journal_dir_for(load_recipe(recipe_path), root)
     return {"set": directory.name, "rows": args.rows, "tokens": args.tokens, "missing": args.missing,
@@ -129,7 +129,7 @@ def resume_child(recipe_path: Path, root: Path, trace: bool, limit: int | None) 
     from bench_memory import RssSampler
 
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import RunOptions, run
+    from eagle3_raw.run.build import RunOptions, run
 
     recipe = load_recipe(recipe_path, {"prompts.limit": limit} if limit else {})
     imported = common.status_mb()["VmRSS"]
@@ -209,10 +209,10 @@ def bookkeeping_child(recipe_path: Path, root: Path) -> dict[str, Any]:
     from eagle3_raw.identity import set_config_id
     from eagle3_raw.journal import Journal
     from eagle3_raw.journal.sets import union_keys
-    from eagle3_raw.plan import KeySet
     from eagle3_raw.recipe import load_recipe
     from eagle3_raw.rows import RowKey
-    from eagle3_raw.run import RunOptions, resolve
+    from eagle3_raw.run.build import RunOptions, resolve
+    from eagle3_raw.run.plan import KeySet
 
     recipe = load_recipe(recipe_path)
     config_id = set_config_id(recipe, resolve(recipe, RunOptions(journal_dir=root)))
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:
-    from eagle3_raw.reference.launch import launch_reference
+    from eagle3_raw.launching.reference import launch_reference
 
     env = {**os.environ, **common.isolated_env(work)}
     root, ledger = work / "journals", work / "ledger.jsonl"

@@ -65,7 +65,7 @@ def child(recipe_path: Path, journal_dir: Path) -> dict[str, Any]:
     """Build the recipe into ``journal_dir``; counters and, for rollouts, the cache shares."""
     from eagle3_raw.journal import Journal
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import RunOptions, run
+    from eagle3_raw.run.build import RunOptions, run
 
     start = time.perf_counter()
     result = run(load_recipe(recipe_path), RunOptions(journal_dir=journal_dir, progress="none"))

@@ -6,7 +6,7 @@ default); a generation holds one slot for ``completion_tokens x T`` ms, and gene
 wait in the server's FIFO queue. Output lengths are the reference engine's natural long-tailed ones
 (``max_new_tokens`` 2048, temperature 0.7, thinking on). The same prompts and sampling go, in turn, to:
 
-- eagle3_raw: ``eagle3_raw.run.run`` into a fresh journal, default in-flight limit (from the
+- eagle3_raw: ``eagle3_raw.run.build.run`` into a fresh journal, default in-flight limit (from the
   server's ``max_running_requests``: ``S x 1.25 + 8``), least-loaded endpoint choice, once per
   ``--render`` mode: ``server`` (every prompt rendered by the server's chat path, ``/tokenize`` with
   messages, beside the generations: the default) and ``local`` (rendered in the client);
@@ -67,7 +67,7 @@ MIN_STEADY_SECONDS = 5.0
 def eagle3_child(recipe_path: Path, journal_dir: Path) -> dict[str, Any]:
     """Run eagle3_raw on the recipe into ``journal_dir``; counters for the parent."""
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import RunOptions, run
+    from eagle3_raw.run.build import RunOptions, run
 
     start, cpu = time.perf_counter(), time.process_time()
     result = run(load_recipe(recipe_path), RunOptions(journal_dir=journal_dir, progress="none"))
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> list[Any]:
     """One capacity-mode reference server per ``--slots`` value."""
-    from eagle3_raw.reference.launch import launch_reference
+    from eagle3_raw.launching.reference import launch_reference
 
     timing = ["--ms-per-token", str(args.ms_per_token)]
     return [stack.enter_context(launch_reference(args=["--slots", str(n), *timing])) for n in args.slots]

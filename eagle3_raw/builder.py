@@ -25,10 +25,10 @@ from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import set_dir
 from eagle3_raw.journal.roots import record_cache
-from eagle3_raw.progress import reason_lines
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.rows import features
-from eagle3_raw.run import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
+from eagle3_raw.run.build import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
+from eagle3_raw.run.progress import reason_lines
 
 log = logging.getLogger("eagle3_raw")
 
@@ -155,7 +155,7 @@ def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:
     """``-partial`` for a merge of a set whose shards have not all finished (``options.partial``);
     FatalError (what is missing) for such a merge without it."""
     from eagle3_raw.journal import set_dir
-    from eagle3_raw.shards import check_whole, whole_count
+    from eagle3_raw.run.shards import check_whole, whole_count
 
     if options.generate:
         return ""
@@ -191,7 +191,7 @@ def _no_rows_message(
     stats: dict[str, Any], failures: list[dict[str, Any]], recipe: Recipe, journal_dir: Path
 ) -> str:
     """Why the set is empty: counts, then the most common skip/fail reasons with their rows."""
-    from eagle3_raw.unmade import rows_command
+    from eagle3_raw.journal.unmade import rows_command
 
     counts = stats["failures"]
     where = f"; every one with its row id and reason: {rows_command(journal_dir)}" if failures else ""
@@ -205,8 +205,8 @@ def _no_rows_message(
 
 def _top_failures(failures: list[dict[str, Any]]) -> str:
     """The most common ``<kind>: <reason>`` of ``failures``, rows failed alike counted as one reason
-    with their first row ids (:func:`~eagle3_raw.unmade.group_reasons`)."""
-    from eagle3_raw.unmade import UnmadeRow, group_reasons
+    with their first row ids (:func:`~eagle3_raw.journal.unmade.group_reasons`)."""
+    from eagle3_raw.journal.unmade import UnmadeRow, group_reasons
 
     counts, examples = group_reasons(map(UnmadeRow.from_failure, failures))
     flat = {f"{kind}: {reason}": n for kind, reasons in counts.items() for reason, n in reasons.items()}

@@ -28,12 +28,12 @@ PACKAGE = "eagle3_raw"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 ROOTS = (
-    "eagle3_raw.prompts",
-    "eagle3_raw.mixture",
-    "eagle3_raw.render",
-    "eagle3_raw.chatpath",
-    "eagle3_raw.plan",
-    "eagle3_raw.rollout",
+    "eagle3_raw.source.prompts",
+    "eagle3_raw.run.mixture",
+    "eagle3_raw.run.render",
+    "eagle3_raw.sglang.chatpath",
+    "eagle3_raw.run.plan",
+    "eagle3_raw.run.rollout",
     "eagle3_raw.journal.assembly",
 )
 """Where rows are shaped: reading source rows, drawing the mixture, rendering prompts, planning
@@ -42,10 +42,11 @@ requests, rolling out later turns, and assembling rows from generations."""
 BOUNDARIES = {
     "eagle3_raw.recipe": "the recipe's values enter every id through its fingerprint",
     "eagle3_raw.errors": "exception classes and their texts",
-    "eagle3_raw.dispatch": "when and where a request is sent: the request digest covers what is sent",
-    "eagle3_raw.sglang": "the HTTP transport; responses are checked, never reshaped",
-    "eagle3_raw.endpoints": "which endpoint serves a request",
-    "eagle3_raw.progress": "progress display",
+    "eagle3_raw.codedigest": "this module: it names modules, whose code it digests",
+    "eagle3_raw.run.dispatch": "when and where a request is sent: the request digest covers what is sent",
+    "eagle3_raw.sglang.client": "the HTTP transport; responses are checked, never reshaped",
+    "eagle3_raw.run.endpoints": "which endpoint serves a request",
+    "eagle3_raw.run.progress": "progress display",
 }
 """Modules (and their submodules) whose code is not digested, with the reason it cannot change a row."""
 

@@ -1,7 +1,7 @@
 """The server's API key: read from the environment variable the recipe names, never stored.
 
 The key goes into ``Authorization`` headers and, for a launched reference server, into the child's
-environment (:func:`eagle3_raw.reference.launch.launch_reference`); never into a command line,
+environment (:func:`eagle3_raw.launching.reference.launch_reference`); never into a command line,
 a journal, a manifest or a message.
 """
 

@@ -33,8 +33,8 @@ import orjson
 from eagle3_raw import codedigest
 
 if TYPE_CHECKING:
-    from eagle3_raw.prompts import Conversation
     from eagle3_raw.recipe import Recipe
+    from eagle3_raw.source.prompts import Conversation
 
 DIGEST_BYTES = 16
 """Digests are the first 128 bits of a sha256: collision-free at any set size."""

@@ -12,7 +12,7 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
   file (not ``/dev/zero``); a tokenizer folder at most :data:`TOKENIZER_FILES` files and
   :data:`TOKENIZER_BYTES` bytes, found within :data:`WALK_ENTRIES` entries (``/usr/lib`` is
   refused before any of it is read); a prompt source a regular file or a folder.
-- Rendered prompts: :data:`PROMPT_CHARS` characters (:mod:`eagle3_raw.template_limits`).
+- Rendered prompts: :data:`PROMPT_CHARS` characters (:mod:`eagle3_raw.run.template_limits`).
 - A stranger's published set (:mod:`eagle3_raw.hub.strangers`): the files of one config downloaded
   at most :data:`DOWNLOAD_FILES` files and :data:`DOWNLOAD_BYTES` bytes (sizes asked before any
   is fetched); a published JSON file (manifest, ``draft_vocab.json``) at most :data:`RECIPE_BYTES`;

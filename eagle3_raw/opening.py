@@ -21,7 +21,7 @@ from eagle3_raw.hub.strangers import choose_config, download_config, load_publis
 from eagle3_raw.hub.untrusted import Trust, confine, pinned_commit, read_stranger_recipe
 from eagle3_raw.limits import check_recipe_file, check_yaml_size
 from eagle3_raw.recipe import read_yaml
-from eagle3_raw.render import load_tokenizer
+from eagle3_raw.run.render import load_tokenizer
 
 if TYPE_CHECKING:
     import datasets
@@ -107,7 +107,7 @@ def _recipe_tokenizer(recipe: Any, override: str | None) -> Callable[[], PreTrai
     def load() -> PreTrainedTokenizerBase:
         if override is not None:
             return _load_tokenizer(override, None, trust_remote_code=False)
-        from eagle3_raw.render import load_tokenizer
+        from eagle3_raw.run.render import load_tokenizer
 
         return load_tokenizer(recipe)
 

@@ -129,7 +129,7 @@ class PromptsConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     """The tokenizer and chat template, and who renders the prompts (the server's chat path, or
-    the same path run here: :mod:`eagle3_raw.chatpath`)."""
+    the same path run here: :mod:`eagle3_raw.sglang.chatpath`)."""
 
     tokenizer: str = REFERENCE_TOKENIZER
     revision: str | None = None
@@ -219,7 +219,7 @@ class MixtureComponent:
 @dataclass(frozen=True)
 class SamplingConfig:
     """SGLang ``sampling_params`` as written, plus eagle3_raw's sample count, base seed and the
-    optional mixture (one component drawn per conversation and sample, :mod:`eagle3_raw.mixture`)."""
+    optional mixture (one component drawn per conversation and sample, :mod:`eagle3_raw.run.mixture`)."""
 
     params: Mapping[str, Any]
     samples_per_prompt: int = 1
@@ -544,7 +544,7 @@ def _check_remote_code(recipe: Recipe) -> None:
 
 
 def _check_bounds(recipe: Recipe) -> None:
-    from eagle3_raw.reference.launch import check_launch_args
+    from eagle3_raw.launching.reference import check_launch_args
 
     check_numbers(recipe)
     check_launch_args(recipe.server.launch_args)
@@ -748,7 +748,7 @@ def _parse_rollout(raw: Mapping[str, Any]) -> RolloutConfig:
     if section and raw.get("turns") != "rollout":
         raise RecipeError("rollout", dict(section), "applies to turns: rollout only (set turns: rollout)")
     _check_keys("rollout.", section, frozenset(RolloutConfig.__dataclass_fields__))
-    from eagle3_raw.reference.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+    from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
     return RolloutConfig(
         reasoning_parser=_parser_name(section, "reasoning_parser", REASONING_PARSER_NAMES),

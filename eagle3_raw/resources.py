@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eagle3_raw.reference import model_files as reference_model_files
+
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -31,4 +33,4 @@ def dataset_cards_dir() -> Path:
 
 def reference_model_dir() -> Path:
     """The reference server's tiny model: tokenizer files, chat template, config."""
-    return _PACKAGE / "reference" / "model"
+    return reference_model_files.reference_model_dir()

@@ -21,9 +21,9 @@ import orjson
 import pytest
 import yaml
 
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from eagle3_raw.identity import Target, request_digest
-from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.launching.reference import ReferenceProcess, launch_reference
 from eagle3_raw.reference.ledger import read_ledger
 from tests.support.pace import scaled
 

@@ -2,7 +2,7 @@
 PyYAML would raise on, and repeated YAML keys PyYAML would silently resolve, each refused through
 the command line as one ``error: ...`` line naming the field (or the line), with exit code 1.
 
-Driven through ``eagle3_raw.cli.main``; nothing here needs a server (the recipe is refused before
+Driven through ``eagle3_raw.cli.main.main``; nothing here needs a server (the recipe is refused before
 one is asked).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from tests.helpers import write_prompts, write_recipe
 
 

@@ -18,11 +18,11 @@ import pytest
 import eagle3_raw
 from eagle3_raw.errors import FatalError, RecipeError, ServerMismatch, ServerUnreachable
 from eagle3_raw.journal import Journal
-from eagle3_raw.plan import derive_seed
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.model_files import load_tokenizer
 from eagle3_raw.resources import reference_model_dir
-from eagle3_raw.run import journal_dir_for
+from eagle3_raw.run.build import journal_dir_for
+from eagle3_raw.run.plan import derive_seed
 from tests.helpers import CHATS, generations, reference_server, rid_row_id, write_jsonl, write_recipe
 from tests.support.pace import scaled
 

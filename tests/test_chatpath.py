@@ -1,4 +1,4 @@
-"""``eagle3_raw.chatpath`` against SGLang 0.5.23's own chat path, on real tokenizers.
+"""``eagle3_raw.sglang.chatpath`` against SGLang 0.5.23's own chat path, on real tokenizers.
 
 The oracle is SGLang's code from its wheel (``tests/support/sglang_oracle.py`` says what runs as
 shipped and what is stubbed: only sglang-internal modules that need torch or a server, none of
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw import chatpath
-from eagle3_raw.chatrequest import ChatRequestError
 from eagle3_raw.reference.model_files import load_tokenizer
+from eagle3_raw.sglang import chatpath
+from eagle3_raw.sglang.chatrequest import ChatRequestError
 from tests.support import sglang_oracle, tokenizers
 
 REFERENCE_TEMPLATE = Path(__file__).parents[1] / "scripts" / "reference_corpus" / "chat_template.jinja"

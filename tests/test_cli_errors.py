@@ -1,7 +1,7 @@
 """First contact (issue 14): every bad input a one-line message with exit code 1, whole-run problems
 refused before the first /generate, nothing generated lost, and the exit codes of a build.
 
-Driven through ``eagle3_raw.cli.main`` (and ``eagle3_raw.load`` where it applies) against the
+Driven through ``eagle3_raw.cli.main.main`` (and ``eagle3_raw.load`` where it applies) against the
 reference server; "nothing was sent" and "every request went there" are read from its ledger. Full
 disks are tiny tmpfs mounts and read-only folders read-only bind mounts (root), or chmod (others);
 a test that needs a mount it cannot make is skipped.
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 import eagle3_raw
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.run import journal_dir_for
+from eagle3_raw.run.build import journal_dir_for
 from tests.helpers import (
     error_line,
     generations,

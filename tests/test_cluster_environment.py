@@ -12,7 +12,7 @@ import pytest
 
 from eagle3_raw.cluster.environment import shard_from_environment, shard_option
 from eagle3_raw.errors import RecipeError
-from eagle3_raw.plan import Shard
+from eagle3_raw.run.plan import Shard
 from tests.helpers import write_prompts, write_recipe
 from tests.support.pace import scaled
 

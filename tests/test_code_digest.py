@@ -20,16 +20,16 @@ from eagle3_raw.resources import builder_scripts_dir
 #: assembled). Kept by hand on purpose: the digest finds its modules from the imports, this list says
 #: what it must find.
 SHAPING = (
-    "eagle3_raw.prompts",
-    "eagle3_raw.mixture",
-    "eagle3_raw.render",
-    "eagle3_raw.chatpath",
-    "eagle3_raw.chatrequest",
-    "eagle3_raw.chatschema",
-    "eagle3_raw.template_limits",
-    "eagle3_raw.plan",
+    "eagle3_raw.source.prompts",
+    "eagle3_raw.run.mixture",
+    "eagle3_raw.run.render",
+    "eagle3_raw.sglang.chatpath",
+    "eagle3_raw.sglang.chatrequest",
+    "eagle3_raw.sglang.chatschema",
+    "eagle3_raw.run.template_limits",
+    "eagle3_raw.run.plan",
     "eagle3_raw.identity",
-    "eagle3_raw.rollout",
+    "eagle3_raw.run.rollout",
     "eagle3_raw.rows",
     "eagle3_raw.journal.assembly",
 )
@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-9e28da5bc9262815",
-    "demo": "demo-2b4b032717dfbd5a",
-    "gpt-oss": "gpt-oss-ec8765f4924ecfc5",
-    "kimi-k2.5": "kimi-k2.5-3fa95175a3cde21b",
-    "llama-3.1": "llama-3.1-705bde3dea794c93",
-    "qwen3": "qwen3-aa7d3ab1ba5090d2",
+    "deepseek-v3": "deepseek-v3-645315753ed9838a",
+    "demo": "demo-cee8bf30096d79b5",
+    "gpt-oss": "gpt-oss-fda4697f5c2d689f",
+    "kimi-k2.5": "kimi-k2.5-04df476c34fe99f1",
+    "llama-3.1": "llama-3.1-31b91686c400af81",
+    "qwen3": "qwen3-5b9e1616ec148d4a",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -75,11 +75,11 @@ def test_every_module_that_shapes_rows_is_digested() -> None:
 
 def test_docstrings_comments_order_and_imports_are_not_the_code(package: Path) -> None:
     before = codedigest.code_digest(package)
-    _edit(package, "eagle3_raw.plan", '"""', '"""A docstring edit. ')
-    _edit(package, "eagle3_raw.render", "\ndef ", "\n# a comment\ndef ")
+    _edit(package, "eagle3_raw.run.plan", '"""', '"""A docstring edit. ')
+    _edit(package, "eagle3_raw.run.render", "\ndef ", "\n# a comment\ndef ")
     _edit(package, "eagle3_raw.rows", "from __future__ import annotations\n",
           "from __future__ import annotations\n\nimport os  # an import nothing uses\n")  # fmt: skip
-    path = package / "mixture.py"
+    path = package / "run" / "mixture.py"
     # the last two top-level definitions swapped
     parts = re.split(r"\n(?=def |class |@)", path.read_text())
     parts[-2], parts[-1] = parts[-1].rstrip("\n") + "\n", parts[-2]
@@ -89,22 +89,22 @@ def test_docstrings_comments_order_and_imports_are_not_the_code(package: Path) -
 
 def test_moving_code_between_modules_and_renaming_a_module_keep_the_digest(package: Path) -> None:
     before = codedigest.code_digest(package)
-    # generation_points moves from render.py to a new module render.py imports it from
-    render = (package / "render.py").read_text()
+    # generation_points moves from run/render.py to a new module render.py imports it from
+    render = (package / "run" / "render.py").read_text()
     start = render.index("def generation_points(")
     end = render.index("\ndef ", start + 1)
     body = render[start:end]
     (package / "points.py").write_text("from __future__ import annotations\n\n" + body)
-    (package / "render.py").write_text(
+    (package / "run" / "render.py").write_text(
         render[:start].replace("from eagle3_raw.errors", "from eagle3_raw.points import generation_points\n"
                                "from eagle3_raw.errors", 1) + render[end:]
     )  # fmt: skip
-    # template_limits.py is renamed jinja_limits.py, its importers rewritten
-    (package / "template_limits.py").rename(package / "jinja_limits.py")
+    # run/template_limits.py moves to jinja_limits.py, its importers rewritten
+    (package / "run" / "template_limits.py").rename(package / "jinja_limits.py")
     for path in package.rglob("*.py"):
         text = path.read_text()
         if "template_limits" in text:
-            path.write_text(text.replace("eagle3_raw.template_limits", "eagle3_raw.jinja_limits"))
+            path.write_text(text.replace("eagle3_raw.run.template_limits", "eagle3_raw.jinja_limits"))
     covered = codedigest.covered_modules(package)
     assert {"eagle3_raw.points", "eagle3_raw.jinja_limits"} <= covered
     assert codedigest.code_digest(package) == before

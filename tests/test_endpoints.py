@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from eagle3_raw.endpoints import Endpoint, EndpointPool
 from eagle3_raw.errors import ServerUnreachable
+from eagle3_raw.run.endpoints import Endpoint, EndpointPool
 from tests.support.pace import scaled
 
 

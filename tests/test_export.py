@@ -28,7 +28,7 @@ import yaml
 
 import eagle3_raw
 from eagle3_raw import hub
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from eagle3_raw.errors import ExportError, RecipeError
 from eagle3_raw.export import ExportResult, export, torchfile
 from eagle3_raw.export.lengths import apply, measure
@@ -415,7 +415,7 @@ def test_cli_prints_what_each_length_choice_costs_and_the_trainer_command(
 def test_eagle3_raw_export_is_the_function_even_after_the_package_is_imported(
     built: Any, tmp_path: Path
 ) -> None:
-    import eagle3_raw.export.cli  # binds the package over the function on eagle3_raw
+    import eagle3_raw.cli.export  # binds the package over the function on eagle3_raw
 
     recipe, rows = built
     run = _run(recipe.parent)

@@ -18,11 +18,12 @@ import orjson
 import pytest
 from aiohttp import web
 
-from eagle3_raw import limits, sglang
+from eagle3_raw import limits
 from eagle3_raw.builder import build
 from eagle3_raw.errors import InvalidResponse, RequestTimeout, ServerBusy, ServerUnreachable
 from eagle3_raw.journal import Journal
-from eagle3_raw.run import MAX_DEFAULT_IN_FLIGHT, _default_in_flight
+from eagle3_raw.run.build import MAX_DEFAULT_IN_FLIGHT, _default_in_flight
+from eagle3_raw.sglang import client as sglang
 from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
 from tests.support.hostile import Forward, HostileServer, json_body
 from tests.support.pace import scaled

@@ -23,7 +23,9 @@ from huggingface_hub import DatasetCard, HfApi
 
 import eagle3_raw
 from eagle3_raw import card as card_module
-from eagle3_raw import cli, hub, hub_cli, redact
+from eagle3_raw import hub, redact
+from eagle3_raw.cli import hub as hub_cli
+from eagle3_raw.cli import main as cli
 from eagle3_raw.errors import HubError
 from eagle3_raw.recipe import SGLANG_SAMPLING_DEFAULTS, load_recipe
 from eagle3_raw.resources import builder_scripts_dir

@@ -13,7 +13,7 @@ import yaml
 from huggingface_hub import HfApi
 
 from eagle3_raw import hub
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from eagle3_raw.errors import HubError
 from eagle3_raw.resources import builder_scripts_dir
 from tests.helpers import generations, reference_server

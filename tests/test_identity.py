@@ -15,9 +15,9 @@ import pytest
 
 import eagle3_raw
 from eagle3_raw.errors import FatalError
-from eagle3_raw.plan import Shard
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.run import RunOptions, run
+from eagle3_raw.run.build import RunOptions, run
+from eagle3_raw.run.plan import Shard
 from tests.helpers import generations, reference_server, requested_rids, rid_row_id, write_jsonl, write_recipe
 
 try:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_raw.cli import main
-from eagle3_raw.stats import binned, drawn
+from eagle3_raw.cli.main import main
+from eagle3_raw.cli.stats import binned, drawn
 from tests.helpers import (
     CHATS,
     reference_server,
@@ -48,7 +48,7 @@ def _cli(built: Path, *argv: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "eagle3_raw.cli",
+        "eagle3_raw.cli.main",
         argv[0],
         str(recipe),
         "--cache-dir",

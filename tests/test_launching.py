@@ -23,7 +23,7 @@ from eagle3_raw.errors import RecipeError, ServerUnreachable
 from eagle3_raw.launching.command import sglang_command
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.ledger import read_ledger
-from eagle3_raw.run import journal_dir_for
+from eagle3_raw.run.build import journal_dir_for
 from tests.helpers import (
     generations,
     launched_port,
@@ -148,7 +148,7 @@ def test_the_command_line_holds_every_field_and_no_secret(tmp_path: Path) -> Non
 def test_the_stand_in_takes_the_flags_the_launcher_passes(tmp_path: Path) -> None:
     """The reference server reads what the launcher writes: tp/dp sizes, revision, the
     deterministic flag, parsers, and --config with the key (SGLang's way: the file under the command line)."""
-    from eagle3_raw.reference.launch import free_port
+    from eagle3_raw.launching.reference import free_port
 
     key_file = tmp_path / "key.yaml"
     key_file.write_text('{"api-key": "s3cret", "dp-size": 3}')

@@ -15,8 +15,8 @@ import yaml
 from eagle3_raw import limits
 from eagle3_raw.errors import RecipeError
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.render import Renderer
 from eagle3_raw.resources import reference_model_dir
+from eagle3_raw.run.render import Renderer
 from tests.support.opened import opened_under
 from tests.support.pace import scaled
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from eagle3_raw.reference.launch import free_port
+from eagle3_raw.launching.reference import free_port
 from tests.helpers import reference_server, write_prompts, write_recipe
 from tests.support.pace import scaled
 

@@ -8,20 +8,21 @@ from pathlib import Path
 
 from eagle3_raw.identity import set_config_id
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.target import reference_target
+from eagle3_raw.run.target import reference_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
 CHECK = """
 import eagle3_raw, eagle3_raw.resources as r
-import eagle3_raw.builder, eagle3_raw.hub, eagle3_raw.journal, eagle3_raw.reference.server, eagle3_raw.cli
+import eagle3_raw.builder, eagle3_raw.hub, eagle3_raw.journal, eagle3_raw.reference.server
+import eagle3_raw.cli.main
 from eagle3_raw.identity import set_config_id
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.target import reference_target
+from eagle3_raw.run.target import reference_target
 assert "site" in eagle3_raw.__file__ or "target" in eagle3_raw.__file__, eagle3_raw.__file__
 print(sorted(p.name for p in r.dataset_cards_dir().iterdir()))
 from eagle3_raw.identity import set_config_id
-from eagle3_raw.target import reference_target
+from eagle3_raw.run.target import reference_target
 print(set_config_id(load_recipe("demo"), reference_target(load_recipe("demo").server.launch_args)))
 print((r.reference_model_dir() / "tokenizer.json").is_file())
 """

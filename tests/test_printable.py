@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from eagle3_raw import cli, hub
+from eagle3_raw import hub
+from eagle3_raw.cli import main as cli
 from eagle3_raw.hub.untrusted import describe
 from eagle3_raw.printable import printable
 from eagle3_raw.recipe import load_recipe

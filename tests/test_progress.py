@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.endpoints import Endpoint
-from eagle3_raw.progress import RunStats, Summary, status_line
+from eagle3_raw.run.endpoints import Endpoint
+from eagle3_raw.run.progress import RunStats, Summary, status_line
 from tests.helpers import reference_server, run_in_terminal, write_prompts, write_recipe
 from tests.support.pace import scaled
 
@@ -132,8 +132,8 @@ def test_quiet_log_lines_have_timestamps_in_a_terminal_too(tmp_path: Path) -> No
 def test_library_warnings_print_once_and_the_length_warning_not_at_all(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from eagle3_raw.progress import configure_logging, quiet_libraries
     from eagle3_raw.reference.model_files import load_tokenizer
+    from eagle3_raw.run.progress import configure_logging, quiet_libraries
 
     configure_logging()
     quiet_libraries()

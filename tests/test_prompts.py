@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from eagle3_raw.errors import PromptFormatError, SourceError
-from eagle3_raw.prompts import Conversation, content_id, iter_conversations, shuffled_positions
 from eagle3_raw.recipe import Recipe, parse_recipe
 from eagle3_raw.rows import PassOver, id_hash
+from eagle3_raw.source.prompts import Conversation, content_id, iter_conversations, shuffled_positions
 
 try:
     from tests.support.hub_server import HubServer, hub, hub_server
@@ -284,7 +284,7 @@ def test_rows_a_resume_passes_over_are_never_parsed_and_their_ids_still_count(
     the id of one of them is still a duplicate, naming it; the other rows keep their indices."""
     import numpy as np
 
-    import eagle3_raw.prompts as prompts_module
+    import eagle3_raw.source.prompts as prompts_module
 
     rows = [*prompt_rows(8), {"id": "p3", "prompt": "a second p3"}, *prompt_rows(2, start=8)]
     source = str(write_jsonl(tmp_path / "r.jsonl", rows))

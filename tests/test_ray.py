@@ -70,6 +70,6 @@ def test_a_shard_that_fails_on_ray_is_one_clear_error(tmp_path: Path, local_ray:
 
 def test_the_cli_needs_ray_only_for_ray(tmp_path: Path) -> None:
     """``import eagle3_raw`` and every other command never import Ray."""
-    code = "import sys, eagle3_raw, eagle3_raw.cli as c; c.build_parser(); print('ray' in sys.modules)"
+    code = "import sys, eagle3_raw, eagle3_raw.cli.main as c; c.build_parser(); print('ray' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60))
     assert done.stdout.strip() == "False", done.stderr

@@ -38,7 +38,7 @@ def test_quick_start_has_the_two_commands_ci_runs_the_test_one() -> None:
 
 
 def test_demo_recipe_and_cli_commands_in_the_readme_exist() -> None:
-    from eagle3_raw.cli import build_parser
+    from eagle3_raw.cli.main import build_parser
 
     assert (ROOT / "builder_scripts" / "demo.yaml").is_file()
     commands = set(re.findall(r"`eagle3-raw ([a-z][a-z-]+)", (ROOT / "README.md").read_text()))

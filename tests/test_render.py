@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.chatpath import render_prompt_ids
 from eagle3_raw.errors import PromptFormatError, RecipeError
-from eagle3_raw.prompts import Conversation
 from eagle3_raw.recipe import Recipe, parse_recipe
-from eagle3_raw.render import PromptTurn, Renderer, generation_points
 from eagle3_raw.resources import reference_model_dir
+from eagle3_raw.run.render import PromptTurn, Renderer, generation_points
+from eagle3_raw.sglang.chatpath import render_prompt_ids
+from eagle3_raw.source.prompts import Conversation
 
 BOS = "<|endoftext|>"
 BOS_ID = 6137

@@ -33,12 +33,12 @@ from eagle3_raw.errors import ServerUnreachable
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import Journal, pack_key
 from eagle3_raw.journal.generations import GenerationIndex, generations_dir
-from eagle3_raw.plan import KeySet
+from eagle3_raw.launching.reference import launch_reference
 from eagle3_raw.recipe import Recipe, load_recipe
-from eagle3_raw.reference.launch import launch_reference
 from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.rows import RowKey
-from eagle3_raw.run import RunOptions, journal_dir_for, resolve, run
+from eagle3_raw.run.build import RunOptions, journal_dir_for, resolve, run
+from eagle3_raw.run.plan import KeySet
 from tests.helpers import (
     generations,
     line_rid,
@@ -416,8 +416,8 @@ def test_a_resume_passes_over_done_source_rows_without_reading_them(
     ones are not parsed (past the rows the start-up checks sample). Failed rows retried on request
     are read again, and the set is the one an uninterrupted build makes; without plan records (an
     older journal) a rerun reads every row again and makes nothing twice."""
-    import eagle3_raw.prompts as prompts_module
-    from eagle3_raw.plan import Planner
+    import eagle3_raw.source.prompts as prompts_module
+    from eagle3_raw.run.plan import Planner
 
     write_prompts(tmp_path, 260)
     with reference_server(tmp_path, "--faults", "http500=0.2", "--fault-seed", "5") as (server, _):

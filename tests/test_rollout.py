@@ -28,12 +28,12 @@ import pytest
 import eagle3_raw
 from eagle3_raw.errors import RecipeError
 from eagle3_raw.journal import Journal
-from eagle3_raw.mixture import draw
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.ledger import read_ledger
-from eagle3_raw.rollout import History, Message, call_key, tool_call_id
-from eagle3_raw.run import journal_dir_for
-from eagle3_raw.sglang import ToolCall
+from eagle3_raw.run.build import journal_dir_for
+from eagle3_raw.run.mixture import draw
+from eagle3_raw.run.rollout import History, Message, call_key, tool_call_id
+from eagle3_raw.sglang.client import ToolCall
 from tests.helpers import (
     WEATHER,
     generations,
@@ -336,7 +336,7 @@ def _decoded(row: Mapping[str, Any]) -> str:
 
 
 def test_parallel_calls_match_as_a_multiset_and_results_point_at_the_targets_ids() -> None:
-    from eagle3_raw.prompts import Conversation
+    from eagle3_raw.source.prompts import Conversation
 
     calls = [
         {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1, "y": 2}}},
@@ -386,7 +386,7 @@ def _command(recipe: Path, work: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "eagle3_raw.cli",
+        "eagle3_raw.cli.main",
         "build",
         str(recipe),
         "--quiet",

@@ -21,7 +21,7 @@ from eagle3_raw.builder import build
 from eagle3_raw.errors import ServerMismatch
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.ledger import read_ledger
-from eagle3_raw.run import RunOptions, run
+from eagle3_raw.run.build import RunOptions, run
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_prompts, write_recipe
 from tests.reference.wire import get
 from tests.support.pace import scaled
@@ -140,7 +140,7 @@ def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_prompts(tmp_path, 300)  # more rows than the planner may queue ahead
-    caplog.set_level(logging.INFO, logger="eagle3_raw.progress")
+    caplog.set_level(logging.INFO, logger="eagle3_raw.run.progress")
     with reference_server(tmp_path, "--slots", "8", "--ms-per-token", "2") as (server, _):
         recipe = write_recipe(  # rendered here: the planner, slower than the queue, has a total to estimate
             tmp_path, endpoints=[server.url], sampling={"samples_per_prompt": 2, "max_new_tokens": 24},
@@ -148,7 +148,7 @@ def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
         )  # fmt: skip
         result = _run(recipe, tmp_path, progress="log", log_interval=0.05)
     assert result.summary.rows == 600
-    lines = [r.getMessage() for r in caplog.records if r.name == "eagle3_raw.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "eagle3_raw.run.progress"]
     assert lines.pop(0) == "t: started; progress every 0.05 s"
     parsed = [m.groups() for line in lines if (m := _LINE.match(line))]
     assert len(parsed) == len(lines) >= 3

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from eagle3_raw.feed import JobFeed
-from eagle3_raw.plan import Skip
 from eagle3_raw.rows import RowKey
+from eagle3_raw.run.feed import JobFeed
+from eagle3_raw.run.plan import Skip
 from tests.support.pace import scaled
 
 

@@ -30,7 +30,7 @@ from eagle3_raw.errors import Interrupted
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.ledger import read_ledger
-from eagle3_raw.run import RunOptions, resolve, run
+from eagle3_raw.run.build import RunOptions, resolve, run
 from tests.helpers import (
     generations,
     reference_server,

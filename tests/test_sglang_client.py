@@ -15,7 +15,6 @@ import orjson
 import pytest
 from aiohttp import web
 
-from eagle3_raw import sglang
 from eagle3_raw.errors import (
     ConnectError,
     GenerationAborted,
@@ -25,6 +24,7 @@ from eagle3_raw.errors import (
     ServerBusy,
     ServerUnreachable,
 )
+from eagle3_raw.sglang import client as sglang
 
 PROMPT = [1, 2, 3, 4]
 VOCAB = 100

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 import eagle3_raw
-from eagle3_raw import run as run_module
 from eagle3_raw.errors import FatalError
 from eagle3_raw.journal import Journal
-from eagle3_raw.plan import Shard
 from eagle3_raw.recipe import RecipeError, load_recipe
-from eagle3_raw.run import journal_dir_for
-from eagle3_raw.shards import check_whole, mark_complete
+from eagle3_raw.run import build as run_module
+from eagle3_raw.run.build import journal_dir_for
+from eagle3_raw.run.plan import Shard
+from eagle3_raw.run.shards import check_whole, mark_complete
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 from tests.support.pace import scaled
 
@@ -39,7 +39,7 @@ def test_shards_on_two_servers_merge_into_the_single_process_set(tmp_path: Path)
                 [
                     sys.executable,
                     "-m",
-                    "eagle3_raw.cli",
+                    "eagle3_raw.cli.main",
                     "build",
                     str(recipe),
                     "--shard",

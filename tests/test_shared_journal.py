@@ -25,7 +25,7 @@ from eagle3_raw.identity import set_config_id
 from eagle3_raw.journal import Journal
 from eagle3_raw.journal.files import host_name, temporary_name
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.run import RunOptions, resolve
+from eagle3_raw.run.build import RunOptions, resolve
 from tests.helpers import generations, reference_server, rid_row_id, write_prompts, write_recipe
 from tests.support.pace import scaled
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import eagle3_raw
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from eagle3_raw.journal import Journal
 from tests.helpers import (
     generations,

@@ -17,7 +17,7 @@ import yaml
 from huggingface_hub import CommitOperationAdd, HfApi
 
 from eagle3_raw import hub
-from eagle3_raw.cli import main
+from eagle3_raw.cli.main import main
 from eagle3_raw.errors import ExportError, HubError, RecipeError, SourceError
 from eagle3_raw.export import export
 from eagle3_raw.hub import strangers

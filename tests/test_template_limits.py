@@ -20,14 +20,13 @@ import pytest
 import yaml
 from transformers.utils import chat_template_utils
 
-from eagle3_raw import template_limits
 from eagle3_raw.errors import Interrupted, PromptFormatError
 from eagle3_raw.limits import PROMPT_CHARS
-from eagle3_raw.prompts import Conversation
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.render import Renderer
 from eagle3_raw.resources import reference_model_dir
-from eagle3_raw.template_limits import (
+from eagle3_raw.run import template_limits
+from eagle3_raw.run.render import Renderer
+from eagle3_raw.run.template_limits import (
     BUILT_CHARS,
     CALLS,
     LOOP_STEPS,
@@ -35,6 +34,7 @@ from eagle3_raw.template_limits import (
     guard_templates,
     interruptible,
 )
+from eagle3_raw.source.prompts import Conversation
 
 MB = 1 << 20
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from eagle3_raw.journal.unmade import reason_group
 from eagle3_raw.reference.ledger import read_ledger
-from eagle3_raw.unmade import reason_group
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
 from tests.support.pace import scaled
 

@@ -157,7 +157,7 @@ def test_validate_local_contacts_no_server(tmp_path: Path, capsys: pytest.Captur
 def test_a_missing_prompt_source_is_reported_before_a_server_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, launch: str
 ) -> None:
-    from eagle3_raw.reference import launch as reference_launch
+    from eagle3_raw.launching import reference as reference_launch
 
     started: list[object] = []
     real = reference_launch.launch_reference

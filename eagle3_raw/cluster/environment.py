@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from eagle3_raw.errors import RecipeError
-from eagle3_raw.plan import Shard
+from eagle3_raw.run.plan import Shard
 
 RAY_VARIABLE = "EAGLE3_RAW_RAY_SHARD"
 

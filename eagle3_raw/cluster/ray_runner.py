@@ -134,7 +134,7 @@ def _shard_task(recipe: str, overrides: dict[str, Any], journal_dir: str) -> dic
     """One shard, in a Ray worker: the shard from the environment, the build, its summary."""
     from eagle3_raw.cluster.environment import shard_from_environment
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import RunOptions, run
+    from eagle3_raw.run.build import RunOptions, run
 
     found = shard_from_environment(os.environ)
     if found is None or found.scheduler != "ray":

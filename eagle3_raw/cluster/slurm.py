@@ -48,7 +48,7 @@ DEFAULT_COMMAND = ("python", "-m", "eagle3_raw.cli")
 """How the nodes run eagle3-raw unless told otherwise: the ``python`` their ``PATH`` gives."""
 
 BUILD_INTERRUPTED = 130
-"""``eagle3-raw build``'s exit code when stopped by a signal (``eagle3_raw.cli.EXIT_INTERRUPTED``)."""
+"""``eagle3-raw build``'s exit code when stopped by a signal (``eagle3_raw.cli.main.EXIT_INTERRUPTED``)."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import FatalError
-from eagle3_raw.shards import completed, is_shard
+from eagle3_raw.run.shards import completed, is_shard
 
 if TYPE_CHECKING:
     import numpy as np
@@ -254,7 +254,7 @@ def _locked(path: Path) -> bool:
 
 
 def _source_rows(recipe: Recipe) -> int | None:
-    from eagle3_raw.prompts import count_source_rows
+    from eagle3_raw.source.prompts import count_source_rows
 
     try:
         return count_source_rows(recipe)
@@ -296,7 +296,7 @@ _HEADER = (
 
 
 def _line(name: str, state: str, s: ShardStatus, eta: float | None) -> str:
-    from eagle3_raw.progress import _duration
+    from eagle3_raw.run.progress import _duration
 
     expected = "?" if s.expected is None else f"{'' if s.exact else '~'}{s.expected:,}"
     rate = "-" if s.rows_per_s is None else f"{s.rows_per_s:,.1f}"

@@ -69,7 +69,7 @@ def recipe_vocab_size(recipe: Recipe) -> tuple[int, str]:
     size = config_vocab_size(config) if config is not None else None
     if size is not None:
         return size, "the target model's config.json"
-    from eagle3_raw.render import Renderer
+    from eagle3_raw.run.render import Renderer
 
     return Renderer(recipe).vocab_size, "len(tokenizer) (the model has no config.json)"
 

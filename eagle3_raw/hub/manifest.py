@@ -93,7 +93,7 @@ def _public_tokenizer(identity: Mapping[str, Any], published: PublishedRecipe) -
 
 
 def _tokenizer_identity(recipe: Recipe) -> dict[str, str]:
-    from eagle3_raw.render import Renderer
+    from eagle3_raw.run.render import Renderer
 
     return Renderer(recipe).identity()
 

@@ -258,7 +258,7 @@ def _json(data: Any) -> bytes:
 def _example(recipe: Recipe, dataset: datasets.Dataset) -> cards.Example | None:
     if len(dataset) == 0:
         return None
-    from eagle3_raw.render import Renderer
+    from eagle3_raw.run.render import Renderer
 
     return cards.decode_example(Renderer(recipe).tokenizer, dataset[0])
 

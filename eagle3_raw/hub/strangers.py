@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eagle3_raw.datafiles import card_problem
 from eagle3_raw.errors import HubError
 from eagle3_raw.hub.client import hub_errors
 from eagle3_raw.limits import DOWNLOAD_BYTES, DOWNLOAD_FILES, RECIPE_BYTES, VOCAB_IDS
 from eagle3_raw.printable import printable
 from eagle3_raw.recipe import mark_kept_copy
+from eagle3_raw.source.datafiles import card_problem
 
 if TYPE_CHECKING:
     import datasets
@@ -234,7 +234,7 @@ def check_row_columns(repo_id: str, dataset: datasets.Dataset) -> None:
 
 def check_data_files(api: HfApi, repo_id: str, revision: str | None) -> None:
     """HubError unless every ``data_files`` and ``data_dir`` of the card's ``configs`` is a path
-    inside the repo (:func:`eagle3_raw.datafiles.card_problem`)."""
+    inside the repo (:func:`eagle3_raw.source.datafiles.card_problem`)."""
     with hub_errors(repo_id, "read the dataset card of"):
         problem = card_problem(api, repo_id, revision)
     if problem is not None:

@@ -186,7 +186,7 @@ def set_info(folder: Path, cache_dir: Path | None = None) -> SetInfo | None:
     """What the set journal ``folder`` holds, or None when it is not one."""
     from eagle3_raw.identity import Target
     from eagle3_raw.journal.store import Journal
-    from eagle3_raw.shards import whole_count
+    from eagle3_raw.run.shards import whole_count
 
     try:
         manifest = read_manifest(folder)

@@ -3,7 +3,7 @@
 ``<root>/sets/<config id>/`` holds the manifest (:mod:`.manifest`), the outcome logs of every
 process that worked on the set (``out-<shard>-<host>-<n>``, :mod:`.log`) with their plan records
 (``plan-<shard>-<host>-<n>.bin``, :mod:`.plans`), the shard locks, and the shards' completion
-markers (:mod:`eagle3_raw.shards`). An outcome is a row (its key, the digest of
+markers (:mod:`eagle3_raw.run.shards`). An outcome is a row (its key, the digest of
 its generation, the row's seed and attempts) or a failure (the reason, the kind, the retry epoch).
 
 Exactly once: outcomes are never rewritten. Readers take, per key, its first row outcome (lowest

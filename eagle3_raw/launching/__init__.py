@@ -8,6 +8,6 @@ in a private file, the launch recorded in the set's manifest), :mod:`.held` (the
 to learn the target is the one the run uses) and :mod:`.target` (the target of such a recipe).
 
 The built-in reference server (``launch: reference``) is started by
-:mod:`eagle3_raw.reference.launch`; the reference server also stands in for SGLang in the tests
+:mod:`eagle3_raw.launching.reference`; the reference server also stands in for SGLang in the tests
 (``server.sglang.executable: [python, -m, eagle3_raw.reference]``): same code path, same flags.
 """

@@ -1,6 +1,6 @@
 """The launched servers this process holds, one per launch configuration.
 
-A set's target is known before it is built (:mod:`eagle3_raw.target`): for ``launch: sglang``
+A set's target is known before it is built (:mod:`eagle3_raw.run.target`): for ``launch: sglang``
 without a record in the journal, that means starting the server to ask it. The server started then
 is held here and is the one the run sends its requests to (:func:`serving`), so a GPU server is
 started once per build, not twice. Whoever resolved a target and then did not run (a set read from

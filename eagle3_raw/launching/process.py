@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_raw.errors import ServerUnreachable
-from eagle3_raw.reference.launch import healthy
+from eagle3_raw.launching.reference import healthy
 
 log = logging.getLogger("eagle3_raw")
 
@@ -133,7 +133,7 @@ class LaunchedServer:
 
 def start_server(spec: LaunchSpec, *, port: int | None = None) -> LaunchedServer:
     """Start ``spec`` on a free port (or ``port``) and wait until it is healthy (see module doc)."""
-    from eagle3_raw.reference.launch import free_port
+    from eagle3_raw.launching.reference import free_port
 
     for attempt in range(_ATTEMPTS):
         server = LaunchedServer(spec, port or free_port())

@@ -45,7 +45,7 @@ def launched_target(recipe: Recipe, root: Path, *, api_key: str | None, generate
             f"journal {root}: build the shards first (eagle3-raw build --shard i/N), or pass the "
             "--journal-dir (and --set options) they were built with"
         )
-    from eagle3_raw.validate import check_before_launch
+    from eagle3_raw.cli.validate import check_before_launch
 
     check_before_launch(recipe)  # a missing source or a bad template before SGLang starts, not after
     server = hold(recipe, api_key)
@@ -74,8 +74,8 @@ def _remember(recipe: Recipe, root: Path, target: Target, server: LaunchedServer
 
 
 def _ask(recipe: Recipe, url: str, api_key: str | None) -> Target:
-    from eagle3_raw.runtime import run_sync
-    from eagle3_raw.target import ask_identities, choose_render, target_of, with_rollout_parsers
+    from eagle3_raw.run.runtime import run_sync
+    from eagle3_raw.run.target import ask_identities, choose_render, target_of, with_rollout_parsers
 
     identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, (url,)))
     if errors:
@@ -104,6 +104,6 @@ def recorded_launch_target(recipe: Recipe, root: Path, *, whole_only: bool) -> T
 
 
 def _whole(folder: Path) -> bool:
-    from eagle3_raw.shards import whole_count
+    from eagle3_raw.run.shards import whole_count
 
     return whole_count(folder) is not None

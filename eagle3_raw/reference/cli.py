@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.reference.launch import READY
-
 if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
+
+READY = "reference server ready at "
+"""The line the server prints once it answers; a launcher waits for it in the server's log."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ code, ``\\n<tool_call>\\n{json}\\n</tool_call>`` blocks (likelier when the promp
 ``<|im_end|>``. A tool call names one of the tools the prompt's ``<tools>`` block lists, with
 arguments that fit its schema (:mod:`eagle3_raw.reference.toolargs`); without such a block it is
 one of the library's calls. The ``qwen3`` reasoning parser and the ``qwen25`` tool-call parser of
-:mod:`eagle3_raw.reference.parsers` split every output into reasoning, content and calls.
+:mod:`eagle3_raw.sglang.parsers` split every output into reasoning, content and calls.
 Every id is a real vocabulary id; many outputs use non-canonical splits (a token replaced by the
 two tokens its BPE merge joined), so ``encode(decode(ids)) != ids`` is common.
 
@@ -439,7 +439,7 @@ class ReferenceEngine:
 
     def __init__(self, model_dir: Path | None = None) -> None:
         if model_dir is None:
-            from eagle3_raw.resources import reference_model_dir
+            from eagle3_raw.reference.model_files import reference_model_dir
 
             model_dir = reference_model_dir()
         self.model_dir = model_dir

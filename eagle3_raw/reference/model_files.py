@@ -1,4 +1,4 @@
-"""Loading the reference model's tokenizer (its folder is :func:`eagle3_raw.resources.reference_model_dir`).
+"""The reference model's folder (shipped in the package) and loading its tokenizer.
 
 Token ids of the packaged tokenizer (6144 ids, no BOS; all other ids are byte-level BPE):
 ``<|endoftext|>`` 6137 (pad), ``<|im_start|>`` 6138, ``<|im_end|>`` 6139 (EOS), and the added
@@ -11,11 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eagle3_raw.resources import reference_model_dir
-
 if TYPE_CHECKING:
     import tokenizers
     from transformers import PreTrainedTokenizerBase
+
+_MODEL_DIR = Path(__file__).resolve().parent / "model"
+
+
+def reference_model_dir() -> Path:
+    """The reference server's tiny model: tokenizer files, chat template, config."""
+    return _MODEL_DIR
 
 
 def load_tokenizer(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3_raw.reference.launch import free_port, healthy
+from eagle3_raw.launching.reference import free_port, healthy
 from eagle3_raw.resources import reference_model_dir
 from tests.real_sglang.venv import ensure_venv, python
 

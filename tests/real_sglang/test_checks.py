@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 import eagle3_raw
-from eagle3_raw import sglang
 from eagle3_raw.errors import ServerMismatch
-from eagle3_raw.run import _default_in_flight
+from eagle3_raw.run.build import _default_in_flight
+from eagle3_raw.sglang import client as sglang
 from tests.helpers import write_prompts, write_recipe
 from tests.real_sglang.conftest import MAX_RUNNING
 from tests.real_sglang.server import RealSGLang, get

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.launching.reference import ReferenceProcess, launch_reference
 from eagle3_raw.reference.model_files import load_tokenizer
 from tests.real_sglang import battery
 from tests.real_sglang.conftest import SERVER_FLAGS

@@ -12,7 +12,8 @@ import datasets
 import pytest
 import yaml
 
-from eagle3_raw import hub, hub_cli
+from eagle3_raw import hub
+from eagle3_raw.cli import hub as hub_cli
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.resources import builder_scripts_dir
 from tests.helpers import rid_run

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.run import journal_dir_for
+from eagle3_raw.run.build import journal_dir_for
 from tests.helpers import rid_row_id, rid_run, write_prompts, write_recipe
 from tests.real_sglang.conftest import Pace
 from tests.real_sglang.server import RealSGLang

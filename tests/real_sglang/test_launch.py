@@ -21,7 +21,7 @@ import pytest
 
 from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.run import journal_dir_for
+from eagle3_raw.run.build import journal_dir_for
 from tests.helpers import launched_port, write_prompts, write_recipe
 from tests.real_sglang.conftest import Pace
 from tests.real_sglang.server import (

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import eagle3_raw
-from eagle3_raw import sglang
-from eagle3_raw.prompts import Conversation
 from eagle3_raw.reference.model_files import load_tokenizer
-from eagle3_raw.rollout import History, Message, tool_call_id
+from eagle3_raw.run.rollout import History, Message, tool_call_id
+from eagle3_raw.sglang import client as sglang
+from eagle3_raw.source.prompts import Conversation
 from tests.helpers import WEATHER, write_jsonl, write_recipe
 from tests.real_sglang.server import RealSGLang, post, tokenize_chat
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.launching.reference import ReferenceProcess, launch_reference
 from tests.reference.conformance import Conformance
 from tests.reference.contract import load_contract
 

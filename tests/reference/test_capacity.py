@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from eagle3_raw.launching.reference import ReferenceProcess
 from eagle3_raw.reference.capacity import PrefixCache, QueuedAbort, QueueFull, Slots, Ticket
-from eagle3_raw.reference.launch import ReferenceProcess
 from tests.reference.conformance import Conformance, check_outcomes
 from tests.reference.test_conformance import PROMPT
 from tests.reference.wire import get, post_many, request

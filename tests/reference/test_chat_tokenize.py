@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw import chatpath
-from eagle3_raw.reference.launch import ReferenceProcess
+from eagle3_raw.launching.reference import ReferenceProcess
 from eagle3_raw.reference.model_files import load_tokenizer
+from eagle3_raw.sglang import chatpath
 from tests.reference.wire import get, request
 from tests.support import sglang_oracle, tokenizers
 from tests.test_chatpath import CORPUS, REFERENCE_TEMPLATE

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from eagle3_raw.cli import build_parser
+from eagle3_raw.cli.main import build_parser
 from eagle3_raw.reference.cli import add_arguments, config_from_args
 from tests.support.pace import scaled
 

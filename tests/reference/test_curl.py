@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from eagle3_raw.reference.launch import free_port
+from eagle3_raw.launching.reference import free_port
 from tests.reference.conformance import check_object
 from tests.reference.contract import contract_error
 from tests.reference.wire import get, sse_events, wait_until

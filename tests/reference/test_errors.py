@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.launching.reference import ReferenceProcess, launch_reference
 from tests.reference.conformance import Conformance, is_validation_error
 from tests.reference.test_conformance import PROMPT
 from tests.reference.wire import Reply, get, post_many, request, wait_until

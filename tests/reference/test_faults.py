@@ -9,8 +9,8 @@ from collections.abc import Callable
 import orjson
 import pytest
 
+from eagle3_raw.launching.reference import ReferenceProcess
 from eagle3_raw.reference.faults import FaultSpec
-from eagle3_raw.reference.launch import ReferenceProcess
 from tests.reference.conformance import check_object
 from tests.reference.contract import load_contract
 from tests.reference.test_conformance import PROMPT

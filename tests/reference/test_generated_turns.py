@@ -11,8 +11,8 @@ from typing import Any
 
 import jsonschema
 
-from eagle3_raw.chatschema import normalize_schema_types
-from eagle3_raw.reference.launch import ReferenceProcess
+from eagle3_raw.launching.reference import ReferenceProcess
+from eagle3_raw.sglang.chatschema import normalize_schema_types
 from tests.reference.wire import request
 
 TOOLS = [

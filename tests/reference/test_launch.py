@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from eagle3_raw.errors import RecipeError, ServerUnreachable
+from eagle3_raw.launching.reference import free_port, launch_reference, recipe_endpoints
 from eagle3_raw.recipe import load_recipe
-from eagle3_raw.reference.launch import free_port, launch_reference, recipe_endpoints
 from tests.helpers import write_prompts, write_recipe
 from tests.reference.conformance import Conformance
 from tests.reference.wire import get
@@ -106,7 +106,7 @@ def test_environment_additions_reach_the_server() -> None:
 
 _PARENT = """
 import sys, time
-from eagle3_raw.reference.launch import launch_reference
+from eagle3_raw.launching.reference import launch_reference
 server = launch_reference()
 print(server.process.pid, server.port, server.log_path, flush=True)
 time.sleep(600)
@@ -174,7 +174,7 @@ def test_a_recipe_that_launches_the_reference_server_keeps_its_key_off_every_com
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run import launched_endpoints
+    from eagle3_raw.run.build import launched_endpoints
 
     monkeypatch.setenv("E3RAW_LAUNCH_KEY", KEY)
     (tmp_path / "p.jsonl").write_text('{"prompt": "hi"}\n')
@@ -220,14 +220,14 @@ def test_serve_reference_reads_its_key_from_a_variable(monkeypatch: pytest.Monke
 )
 def test_launch_args_are_an_allowlist(args: list[str], refused: str) -> None:
     from eagle3_raw.errors import RecipeError
-    from eagle3_raw.reference.launch import check_launch_args
+    from eagle3_raw.launching.reference import check_launch_args
 
     with pytest.raises(RecipeError, match=refused):
         check_launch_args(args)
 
 
 def test_the_documented_launch_args_pass() -> None:
-    from eagle3_raw.reference.launch import check_launch_args
+    from eagle3_raw.launching.reference import check_launch_args
 
     documented = ["--slots", "64", "--ms-per-token", "2", "--faults=http500=0.1", "--disable-radix-cache"]
     check_launch_args([*documented, "--served-model-name", "m", "--context-length", "512"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from eagle3_raw.reference.launch import ReferenceProcess
+from eagle3_raw.launching.reference import ReferenceProcess
 from eagle3_raw.reference.ledger import Ledger, read_ledger
 from tests.reference.conformance import Conformance, check_object, check_outcomes
 from tests.reference.contract import load_contract

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.reference.launch import ReferenceProcess
+from eagle3_raw.launching.reference import ReferenceProcess
 from tests.reference.wire import get, request
 from tests.support import sglang_oracle
 

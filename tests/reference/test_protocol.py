@@ -1,4 +1,4 @@
-"""The request gates, normalization and sampling rules of ``eagle3_raw.reference.protocol``.
+"""The request gates, normalization and sampling rules of ``eagle3_raw.sglang.protocol``.
 
 The contract gate is compared with SGLang's own ``GenerateRequest.from_json_value`` on a large
 generated corpus: same accept/refuse decision, same refusal text.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.reference import protocol as p
+from eagle3_raw.sglang import protocol as p
 from tests.reference.contract import contract_error
 
 VOCAB = 6144

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.reference.launch import ReferenceProcess, launch_reference
+from eagle3_raw.launching.reference import ReferenceProcess, launch_reference
 from eagle3_raw.reference.server import Model, ServerConfig, ServerState, build_app
 from eagle3_raw.reference.server.model import packaged_model_name
 from tests.reference.conformance import Conformance

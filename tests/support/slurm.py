@@ -36,7 +36,7 @@ class SlurmCluster:
     """The two daemons; :meth:`run` runs a SLURM command against them."""
 
     def __init__(self, folder: Path) -> None:
-        from eagle3_raw.reference.launch import free_port
+        from eagle3_raw.launching.reference import free_port
 
         self.folder = folder
         for sub in ("state", "spool", "log"):

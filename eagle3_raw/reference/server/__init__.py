@@ -6,7 +6,7 @@ three error shapes, context refusals and the silent ``max_new_tokens`` clip) and
 ``/flush_cache``, ``/abort_request``, ``/v1/loads``). On top, for tests and benchmarks: injected
 faults (:mod:`eagle3_raw.reference.faults`), capacity mode (:mod:`eagle3_raw.reference.capacity`),
 the ledger (:mod:`eagle3_raw.reference.ledger`), and ``GET /reference/stats`` /
-``POST /reference/stats/reset``. The request semantics live in :mod:`eagle3_raw.reference.protocol`;
+``POST /reference/stats/reset``. The request semantics live in :mod:`eagle3_raw.sglang.protocol`;
 this package is the HTTP side:
 
 - :mod:`.config` ``ServerConfig``, :mod:`.model` the served model, :mod:`.state` what handlers share;

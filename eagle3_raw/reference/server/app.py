@@ -11,7 +11,6 @@ from typing import Any
 
 from aiohttp import web
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server import parsing
 from eagle3_raw.reference.server.config import ServerConfig
 from eagle3_raw.reference.server.generate import Generate
@@ -20,6 +19,7 @@ from eagle3_raw.reference.server.model import Model
 from eagle3_raw.reference.server.replies import json_response
 from eagle3_raw.reference.server.state import ServerState
 from eagle3_raw.reference.server.utility import Utility
+from eagle3_raw.sglang import protocol as p
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _OPEN_PATHS = ("/health", "/ready", "/metrics")

@@ -9,7 +9,7 @@ from typing import Any
 
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
-from eagle3_raw.reference.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
 DEPRECATED_TOOL_CALL_PARSERS: Mapping[str, str] = {"qwen25": "qwen", "glm45": "glm"}
 """SGLang 0.5.23 accepts these names and reports (and runs) the ones they map to."""

@@ -14,7 +14,6 @@ import time
 import orjson
 from aiohttp import web
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.jobs import Job, no_emit, response_object
 from eagle3_raw.reference.server.planning import abort_one, plan, prepare
 from eagle3_raw.reference.server.replies import (
@@ -29,6 +28,7 @@ from eagle3_raw.reference.server.replies import (
 from eagle3_raw.reference.server.runner import run_all
 from eagle3_raw.reference.server.state import ServerState
 from eagle3_raw.reference.server.streaming import stream_reply
+from eagle3_raw.sglang import protocol as p
 
 
 class Generate:

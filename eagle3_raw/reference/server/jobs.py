@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.capacity import Ticket
 from eagle3_raw.reference.server.model import Model
+from eagle3_raw.sglang import protocol as p
 
 
 @dataclass(eq=False)

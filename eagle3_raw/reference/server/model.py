@@ -4,7 +4,7 @@ the facts the server reports about it (path, vocabulary, context length, ``confi
 ``--model-path`` may also name a foreign tokenizer folder (:mod:`eagle3_raw.reference.foreign`):
 the server then tokenizes, renders chats and generates in that tokenizer's vocabulary. The chat
 template is the tokenizer's, or ``--chat-template FILE`` read as SGLang reads it
-(:func:`eagle3_raw.chatpath.read_template_file`); the ``transformers`` tokenizer that renders chats
+(:func:`eagle3_raw.sglang.chatpath.read_template_file`); the ``transformers`` tokenizer that renders chats
 is loaded on the first chat request.
 
 Decoding reproduces ``PreTrainedTokenizerFast.decode``, including the optional space clean-up a
@@ -75,7 +75,7 @@ class Model:
     @property
     def chat_template(self) -> str | None:
         """The template chats render with: ``--chat-template``'s, else the tokenizer's."""
-        from eagle3_raw.chatpath import resolve_template
+        from eagle3_raw.sglang.chatpath import resolve_template
 
         return resolve_template(self.chat_tokenizer, self.chat_template_override)
 
@@ -105,7 +105,7 @@ def packaged_model_name() -> str:
     """``eagle3-raw-reference@<12 hex>``: the packaged model's name, with a digest of its files and of
     the engine's code, so a reference whose outputs could differ reports another model."""
     from eagle3_raw.reference import engine, toolargs
-    from eagle3_raw.resources import reference_model_dir
+    from eagle3_raw.reference.model_files import reference_model_dir
 
     digest = hashlib.sha256(Path(engine.__file__).read_bytes() + Path(toolargs.__file__).read_bytes())
     for path in sorted(reference_model_dir().iterdir()):
@@ -126,7 +126,7 @@ def _read_template(path: Path | None) -> str | None:
     """SGLang's ``--chat-template`` loading for a ``.jinja`` file (``template_manager.py:221``)."""
     if path is None:
         return None
-    from eagle3_raw.chatpath import read_template_file
+    from eagle3_raw.sglang.chatpath import read_template_file
 
     if not path.exists():
         raise ValueError(

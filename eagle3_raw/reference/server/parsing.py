@@ -1,5 +1,5 @@
 """``POST /separate_reasoning`` and ``POST /parse_function_call`` (``shared/sglang-protocol.md`` §14.2),
-over :mod:`eagle3_raw.reference.parsers`. A body that does not fit SGLang's request struct gets
+over :mod:`eagle3_raw.sglang.parsers`. A body that does not fit SGLang's request struct gets
 FastAPI's 400; an unknown parser name a plain-text 500, as SGLang's uncaught constructor error.
 """
 
@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from eagle3_raw.chatrequest import ChatRequestError, dump_tools
-from eagle3_raw.reference import parsers
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.replies import json_response
+from eagle3_raw.sglang import parsers
+from eagle3_raw.sglang import protocol as p
+from eagle3_raw.sglang.chatrequest import ChatRequestError, dump_tools
 
 
 async def separate_reasoning(request: web.Request) -> web.StreamResponse:

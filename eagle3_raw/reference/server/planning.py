@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.capacity import Ticket
 from eagle3_raw.reference.engine import EngineParams
 from eagle3_raw.reference.server.jobs import Job
 from eagle3_raw.reference.server.state import ServerState
+from eagle3_raw.sglang import protocol as p
 
 _YIELD_EVERY = 50_000
 

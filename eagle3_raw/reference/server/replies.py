@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.jobs import Job
 from eagle3_raw.reference.server.state import ServerState
+from eagle3_raw.sglang import protocol as p
 
 JSON, SSE, TEXT = "application/json", "text/event-stream", "text/plain"
 SSE_DONE = b"data: [DONE]\n\n"

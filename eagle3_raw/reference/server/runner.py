@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.capacity import QueuedAbort, QueueFull, Slots, Ticket, Timing
 from eagle3_raw.reference.server.jobs import Emit, Job
 from eagle3_raw.reference.server.state import ServerState
+from eagle3_raw.sglang import protocol as p
 
 
 async def run_all(state: ServerState, jobs: list[Job], emit: Emit, streaming: bool) -> None:

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.capacity import Counters, PrefixCache, Slots, Ticket
 from eagle3_raw.reference.faults import FaultInjector
 from eagle3_raw.reference.ledger import Ledger
 from eagle3_raw.reference.server.config import ServerConfig
 from eagle3_raw.reference.server.model import Model
+from eagle3_raw.sglang import protocol as p
 
 
 class ServerState:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 
 from aiohttp import web
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.jobs import Job, response_object
 from eagle3_raw.reference.server.replies import (
     SSE,
@@ -26,6 +25,7 @@ from eagle3_raw.reference.server.replies import (
     sse_event,
 )
 from eagle3_raw.reference.server.runner import run_all
+from eagle3_raw.sglang import protocol as p
 
 
 async def stream_reply(ex: Exchange, req: p.Normalized, jobs: list[Job]) -> web.StreamResponse:

@@ -1,5 +1,5 @@
 """``/tokenize`` with ``messages``: SGLang 0.5.23's chat path (``serving_tokenize.py:52``) over
-:mod:`eagle3_raw.chatpath`, with the model's chat template (or ``--chat-template``'s).
+:mod:`eagle3_raw.sglang.chatpath`, with the model's chat template (or ``--chat-template``'s).
 
 Answers ``{"tokens", "count", "max_model_len"}``. Refusals, as SGLang sends them: a body its
 pydantic models refuse gets FastAPI's 400 (``"type": "Bad Request"``); the chat path's
@@ -15,11 +15,11 @@ from typing import Any
 
 from aiohttp import web
 
-from eagle3_raw import chatpath
-from eagle3_raw.chatrequest import ChatRequestError
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.model import Model
 from eagle3_raw.reference.server.replies import json_response
+from eagle3_raw.sglang import chatpath
+from eagle3_raw.sglang import protocol as p
+from eagle3_raw.sglang.chatrequest import ChatRequestError
 
 _NO_STREAM = "OpenAIServingTokenize does not support streaming requests"
 

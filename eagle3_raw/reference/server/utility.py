@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from eagle3_raw.reference import protocol as p
 from eagle3_raw.reference.server.replies import json_response
 from eagle3_raw.reference.server.state import ServerState
 from eagle3_raw.reference.server.tokenize import chat_tokenize
+from eagle3_raw.sglang import protocol as p
 
 _FLUSHED = (
     "Cache flushed.\nPlease check backend logs for more details. "

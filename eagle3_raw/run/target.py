@@ -1,0 +1,243 @@
+"""The target of a recipe: which model (and server configuration) its rows come from.
+
+The set's config id covers the target (:func:`eagle3_raw.identity.set_config_id`), so it is found
+before anything is built or read from the ``datasets`` cache (:func:`resolve_target`):
+
+- ``server.launch: reference``: computed from the launch options, without starting the server;
+- ``server.launch: sglang``: the journal's record of a whole set built with the same launch
+  configuration, else asked from the server, started now and kept for the run
+  (:mod:`eagle3_raw.launching.target`);
+- otherwise asked from every endpoint (``/model_info``, ``/server_info``, ``/v1/models``); those
+  that answer must serve the same model; the limits are the tightest among them;
+- when no endpoint answers: the target of the latest set of this recipe in the journal, so a set
+  built before can be loaded (or rebuilt from its journal) without its server. Rows still missing
+  then need the server, and the run says so.
+
+Who renders the prompts is part of the target (:func:`choose_render`): the server's chat path when
+it can (``/tokenize`` with ``messages``; not with ``--skip-tokenizer-init``, behind a router without
+``/tokenize``, or on an SGLang older than 0.5.23), else the same chat path run here, with a notice;
+``model.render`` can ask for either. A template that prints today's date renders here, with
+``model.render_date``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eagle3_raw.errors import RecipeError, ServerMismatch, ServerUnreachable
+from eagle3_raw.identity import Target
+from eagle3_raw.journal.roots import check_root
+
+if TYPE_CHECKING:
+    from eagle3_raw.recipe import Recipe
+    from eagle3_raw.sglang.client import ServerIdentity
+
+log = logging.getLogger("eagle3_raw")
+
+
+def target_of(identities: Sequence[ServerIdentity], origin: str = "server") -> Target:
+    """The target of servers that answered (the first's model and rendering facts; the tightest
+    limits), prompts rendered by the server until :func:`choose_render` says otherwise."""
+    from eagle3_raw.sglang.client import RENDERER_KEYS
+
+    check_same_model(identities)
+    first = identities[0]
+    budgets = [i.token_budget for i in identities if i.token_budget is not None]
+    inputs = [i.input_limit for i in identities if i.input_limit is not None]
+    renderer = {key: first.server_info.get(key) for key in RENDERER_KEYS}
+    return Target(
+        first.comparable(), min(budgets, default=None), min(inputs, default=None), "server", renderer, origin
+    )
+
+
+def check_same_model(identities: Sequence[ServerIdentity]) -> None:
+    """ServerMismatch unless every endpoint serves the same model (name, path, weights, SGLang version)."""
+    first = identities[0]
+    for other in identities[1:]:
+        if other.comparable() != first.comparable():
+            raise ServerMismatch(
+                f"endpoints serve different models: {first.url} {first.comparable()} vs "
+                f"{other.url} {other.comparable()}"
+            )
+
+
+def reference_target(launch_args: Sequence[str]) -> Target:
+    """The target of a reference server launched with ``launch_args`` (computed, not started)."""
+    return target_of([reference_identity(launch_args)], "reference")
+
+
+def reference_identity(launch_args: Sequence[str]) -> ServerIdentity:
+    """What a reference server launched with ``launch_args`` will report (computed, not started)."""
+    from eagle3_raw.reference.identity import reported_identity
+    from eagle3_raw.sglang.client import identity_from
+
+    try:
+        model_info, server_info, max_model_len = reported_identity(launch_args)
+    except ValueError as exc:
+        raise RecipeError("server.launch_args", list(launch_args), str(exc)) from exc
+    return identity_from("reference", model_info, server_info, max_model_len)
+
+
+def with_rollout_parsers(recipe: Recipe, target: Target, server_info: Mapping[str, Any]) -> Target:
+    """For ``turns: rollout``: ``target`` with the parsers that split the target's turns, the
+    recipe's ``rollout`` names or else those the server's chat API uses (``/server_info``)."""
+    if recipe.turns != "rollout":
+        return target
+    reasoning = recipe.rollout.reasoning_parser or _name(server_info.get("reasoning_parser"))
+    tools = recipe.rollout.tool_call_parser or _name(server_info.get("tool_call_parser"))
+    return target.with_parsers(reasoning, tools)
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def resolve_target(
+    recipe: Recipe, journal_root: Path, *, api_key: str | None, generate: bool = True
+) -> Target:
+    """The target of ``recipe`` (see the module docstring). ServerUnreachable when no endpoint
+    answers and the journal has no set of this recipe; other server errors (a refused key, a
+    server that is not SGLang) as they come. ``generate=False`` (a merge) never starts a server."""
+    from eagle3_raw.run.runtime import run_sync
+
+    if recipe.server.launch == "reference":
+        identity = reference_identity(recipe.server.launch_args)
+        cannot = (
+            "it runs with --skip-tokenizer-init"
+            if "--skip-tokenizer-init" in recipe.server.launch_args
+            else ""
+        )
+        target = choose_render(recipe, target_of([identity], "reference"), cannot)
+        return with_rollout_parsers(recipe, target, identity.server_info)
+    if recipe.server.launch == "sglang":
+        from eagle3_raw.launching.target import launched_target
+
+        return launched_target(recipe, journal_root, api_key=api_key, generate=generate)
+    identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, recipe.server.endpoints))
+    if identities:
+        target = choose_render(recipe, target_of(identities), cannot)
+        return with_rollout_parsers(recipe, target, identities[0].server_info)
+    recorded = recorded_target(recipe, journal_root)
+    if recorded is None:
+        raise ServerUnreachable(
+            "no endpoint answered: "
+            + "; ".join(str(e) for e in errors)
+            + f" (and the journal {journal_root} holds no set of recipe {recipe.name!r} to read without one)"
+        )
+    log.warning(
+        "no endpoint answers (%s); using the target recorded by the last set of %r in the journal: %s",
+        "; ".join(str(e) for e in errors), recipe.name, recorded.describe(),
+    )  # fmt: skip
+    return recorded
+
+
+async def ask_identities(
+    recipe: Recipe, api_key: str | None, urls: Sequence[str]
+) -> tuple[list[ServerIdentity], list[BaseException], str]:
+    """The identities of the servers at ``urls`` that answer, the ServerUnreachable errors of those
+    that do not (any other error is raised), and why the first cannot render chat requests ("" when
+    it can)."""
+    from eagle3_raw.sglang import client as sglang
+
+    timeout = recipe.server.connect_timeout
+    async with sglang.new_session(connect_timeout=timeout, api_key=api_key) as session:
+        results = await asyncio.gather(
+            *(sglang.server_identity(session, url, timeout) for url in urls), return_exceptions=True
+        )
+        identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
+        cannot = await cannot_render(session, identities[0], timeout) if identities else ""
+    errors = [r for r in results if isinstance(r, BaseException)]
+    for error in errors:
+        if not isinstance(error, ServerUnreachable):
+            raise error
+    return identities, errors, cannot
+
+
+PROBE_CHAT = {"messages": [{"role": "user", "content": "Hello!"}]}
+PROBE_ATTEMPTS = 4
+
+
+async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) -> str:
+    """Why ``identity``'s server cannot render a chat request through ``/tokenize`` ("" when it can).
+
+    A probe that gets no answer in time (or no connection) is tried again: a server's first chat
+    render can be slow. ServerUnreachable after :data:`PROBE_ATTEMPTS`: no answer says nothing
+    about what the server can render, so it never turns into local rendering. An answer that is an
+    error (any status) says the server cannot render."""
+    from eagle3_raw.errors import ConnectError, Eagle3RawError, RequestTimeout, ServerUnreachable
+    from eagle3_raw.redact import public_url
+    from eagle3_raw.run.checks import backoff
+    from eagle3_raw.sglang import client as sglang
+
+    if identity.server_info.get("skip_tokenizer_init") is True:
+        return "it runs with --skip-tokenizer-init"
+    last: RequestTimeout | ConnectError | None = None
+    for attempt in range(PROBE_ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(backoff(attempt))
+        try:
+            await sglang.tokenize_chat(session, identity.url, PROBE_CHAT, timeout)
+            return ""
+        except sglang.EndpointNotFound:
+            return "it has no /tokenize (a router that does not forward it?)"
+        except (RequestTimeout, ConnectError) as exc:
+            last = exc
+        except Eagle3RawError as exc:  # an SGLang older than 0.5.23 refuses messages with a 400
+            return f"/tokenize refuses a chat request ({exc})"
+    where = f"{public_url(identity.url)}/tokenize"
+    raise ServerUnreachable(f"{where} did not answer a chat request in {PROBE_ATTEMPTS} tries; last: {last}")
+
+
+def choose_render(recipe: Recipe, target: Target, cannot: str) -> Target:
+    """``target`` with who renders its prompts decided (see the module docstring); ``cannot``: why
+    the server cannot render ("" when it can)."""
+    from eagle3_raw.run.render import check_date, prints_date, template_source
+
+    mode, template = recipe.model.render, template_source(recipe)
+    if template is not None and prints_date(template):
+        check_date(template, recipe.model.render_date)  # refuses an unpinned date
+        if mode == "server":
+            problem = (
+                "the chat template prints today's date: the server would print its own; use render: local"
+            )
+            raise RecipeError("model.render", mode, problem)
+        log.warning("the chat template prints a date: prompts render here, with render_date %s",
+                    recipe.model.render_date)  # fmt: skip
+        return target.with_render("local")
+    if mode == "local" or (mode == "auto" and cannot):
+        if cannot:
+            log.warning("the server cannot render chat requests (%s): prompts render here, with SGLang's "
+                        "chat path", cannot)  # fmt: skip
+        return target.with_render("local")
+    if cannot:
+        raise ServerMismatch(f"model.render is server, but the server cannot render chat requests: {cannot}")
+    return target.with_render("server", target.renderer)
+
+
+def recorded_target(recipe: Recipe, journal_root: Path) -> Target | None:
+    """The target of this recipe's set in the journal (the same fingerprint if any, complete first,
+    else the latest set of the same name), or None."""
+    from eagle3_raw.journal.manifest import read_manifest
+    from eagle3_raw.run.shards import whole_count
+
+    check_root(journal_root)  # another user's root is no record of ours
+    candidates: list[tuple[tuple[bool, bool, str], dict[str, Any]]] = []
+    for folder in sorted((journal_root / "sets").glob(f"{recipe.name}-*")):
+        if folder.is_symlink():  # a journal makes no links: not followed
+            continue
+        try:
+            manifest = read_manifest(folder)
+        except Exception:  # an unreadable journal is not this lookup's business
+            continue
+        if manifest is None or manifest.get("name") != recipe.name:
+            continue
+        same = manifest.get("fingerprint") == recipe.fingerprint
+        rank = (same, same and whole_count(folder) is not None, str(manifest.get("updated", "")))
+        candidates.append((rank, manifest))
+    if not candidates:
+        return None
+    return Target.from_dict(max(candidates, key=lambda c: c[0])[1]["target"])

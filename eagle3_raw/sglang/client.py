@@ -1,0 +1,489 @@
+"""The client of SGLang's native ``/generate``: one request, its checks, and the server's identity.
+
+Every response is checked before it can become a row (:mod:`eagle3_raw.sglang.responses`;
+``shared/sglang-protocol.md`` §3, §5, §10, §14.4). Errors are raised as the classes of
+:mod:`eagle3_raw.errors`, chosen by HTTP status (:mod:`eagle3_raw.sglang.status`), so the caller
+knows whether to retry, record, or stop.
+
+What a server sends is bounded: a body is read incrementally and refused once it passes its cap
+(:func:`eagle3_raw.limits.response_cap` for ``/generate``), so a server cannot make the client hold
+more than that per request. Redirects are never followed (a 3xx is an error naming its Location):
+the request, and the API key with it, would go to a server that was never checked. URLs in
+messages and in rows' ``meta.endpoint`` carry no credentials (:func:`~eagle3_raw.redact.public_url`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from eagle3_raw import limits
+from eagle3_raw.errors import (
+    ConnectError,
+    InvalidResponse,
+    RequestTimeout,
+    ServerMismatch,
+    ServerUnreachable,
+)
+from eagle3_raw.redact import public_url, scrub
+from eagle3_raw.sglang.responses import Generation, check_response
+from eagle3_raw.sglang.status import AuthError, EndpointNotFound, Redirected, error_message, http_error
+
+__all__ = [
+    "SERVER_INFO_KEYS", "AuthError", "EndpointNotFound", "Generation", "Redirected", "ServerIdentity",
+    "ToolCall", "abort", "check_response", "detokenize", "error_message", "generate", "get_json",
+    "health", "new_session", "parse_function_call", "separate_reasoning", "server_identity", "tokenize",
+    "tokenize_chat",
+]  # fmt: skip
+
+SERVER_INFO_KEYS = (
+    "version", "model_path", "tokenizer_path", "served_model_name", "context_length", "dtype",
+    "quantization", "tp_size", "dp_size", "skip_tokenizer_init", "enable_deterministic_inference",
+    "max_running_requests", "max_total_num_tokens", "max_req_input_len", "preferred_sampling_params",
+    "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command", "speculative_algorithm",
+    "chat_template", "tokenizer_mode", "trust_remote_code", "reasoning_parser", "tool_call_parser",
+)  # fmt: skip
+
+RENDERER_KEYS = ("tokenizer_path", "chat_template", "revision", "tokenizer_mode", "trust_remote_code")
+"""``/server_info`` keys that decide how the server renders a chat request, beyond its model."""
+"""``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """What a server says about itself at the start of a run."""
+
+    url: str
+    model_path: str
+    served_model_name: str
+    weight_version: str
+    version: str
+    context_length: int | None
+    max_req_input_len: int | None
+    max_running_requests: int | None
+    model_info: Mapping[str, Any] = field(default_factory=dict)
+    server_info: Mapping[str, Any] = field(default_factory=dict)
+    reserved_tokens: int = 0
+    """Output slots reserved per request for EAGLE-style speculative decoding; SGLang counts them
+    with the prompt against the context length (``compute_num_reserved_tokens``)."""
+    preferred_sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    """``--preferred-sampling-params``: SGLang applies them to every request that leaves them out."""
+
+    def comparable(self) -> dict[str, Any]:
+        """The facts that must not change between a run and its resume (or across endpoints)."""
+        return {
+            "model_path": self.model_path,
+            "served_model_name": self.served_model_name,
+            "weight_version": self.weight_version,
+            "version": self.version,
+        }
+
+    @property
+    def token_budget(self) -> int | None:
+        """Prompt plus ``max_new_tokens`` the server accepts: the context length less the reserved
+        slots (SGLang refuses more with a 400), if known."""
+        return None if self.context_length is None else self.context_length - self.reserved_tokens
+
+    @property
+    def input_limit(self) -> int | None:
+        """The longest prompt the server accepts (``max_req_input_len - 1``; §5, and below the
+        token budget), if known."""
+        budget = self.token_budget
+        if self.max_req_input_len is not None:
+            return self.max_req_input_len - 1 if budget is None else min(self.max_req_input_len, budget) - 1
+        return None if budget is None else budget - 7
+
+
+def new_session(*, connect_timeout: float, api_key: str | None, limit: int = 0) -> aiohttp.ClientSession:
+    """An HTTP session for one run. ``limit`` 0 means no connection cap (the pool bounds requests)."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, force_close=False),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
+        headers=headers,
+        json_serialize=lambda obj: orjson.dumps(obj).decode(),
+    )
+
+
+# --- /generate -------------------------------------------------------------------------------
+
+
+async def generate(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    rid: str,
+    input_ids: Sequence[int],
+    sampling_params: Mapping[str, Any],
+    vocab_size: int,
+    timeout: float,
+    eos_ids: frozenset[int] = frozenset(),
+) -> Generation:
+    """Send one ``/generate`` request and return its checked result (``eos_ids``: the model's EOS
+    ids; no answer may hold one before its last position unless ``ignore_eos`` is sent).
+
+    Raises a :class:`~eagle3_raw.errors.RetryableError` (connection, timeout, 5xx/408/429, abort,
+    bad or oversized response), :class:`~eagle3_raw.errors.RequestRejected` (a 4xx: this row will
+    not work), or a fatal error (credentials, no such route, a redirect).
+    """
+    body = orjson.dumps({"rid": rid, "input_ids": input_ids, "sampling_params": sampling_params})
+    max_new_tokens = sampling_params.get("max_new_tokens")
+    cap = limits.response_cap(max_new_tokens, len(input_ids))
+    where = f"{public_url(url)}/generate"
+    payload = await _post(session, f"{url}/generate", body, timeout, cap=cap, shown=where)
+    limit = max_new_tokens if isinstance(max_new_tokens, int) else None
+    result = _decode_object(payload, where)
+    stops = _stop_ids(sampling_params, eos_ids)
+    shown_url = public_url(url)
+    return check_response(result, input_ids, vocab_size, shown_url, limit, payload=payload, stop_ids=stops)
+
+
+def _stop_ids(sampling_params: Mapping[str, Any], eos_ids: frozenset[int]) -> frozenset[int] | None:
+    """The ids SGLang stops at for these parameters: none with ``ignore_eos`` (it disables
+    ``stop_token_ids`` too), else the EOS ids and the ``stop_token_ids`` sent."""
+    if sampling_params.get("ignore_eos"):
+        return None
+    sent = sampling_params.get("stop_token_ids") or []
+    return eos_ids | {i for i in sent if isinstance(i, int) and not isinstance(i, bool)}
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: bytes, timeout: float, *, cap: int, shown: str
+) -> bytes:
+    """POST ``body``; the 200 body (at most ``cap`` bytes), else the error raised for the status."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.post(url, data=body, allow_redirects=False) as response:
+                return await _read_ok(response, cap, shown)
+    except TimeoutError as exc:
+        raise RequestTimeout(f"no response from {shown} within {timeout:g} s", url=shown) from exc
+    except aiohttp.ClientError as exc:  # refused, reset, malformed HTTP: all worth another try
+        raise ConnectError(f"connection to {shown} failed: {_reason(exc, timeout)}", url=shown) from exc
+
+
+async def _read_ok(response: aiohttp.ClientResponse, cap: int, shown: str) -> bytes:
+    """The body of a 200 answer, read within ``cap`` bytes; any other status raised as its error
+    (its body read only up to :data:`~eagle3_raw.limits.ERROR_BODY_BYTES`)."""
+    if response.status != 200:
+        payload = await _read_prefix(response, limits.ERROR_BODY_BYTES)
+        raise http_error(response.status, payload, shown, location=response.headers.get("Location"))
+    if response.content_length is not None:  # aiohttp reads exactly that many bytes, no more
+        if response.content_length > cap:
+            raise _too_large(shown, cap, f"announces {response.content_length:,}")
+        return await response.read()
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > cap:
+            raise _too_large(shown, cap, "sent more")
+    return bytes(body)
+
+
+async def _read_prefix(response: aiohttp.ClientResponse, size: int) -> bytes:
+    """The first ``size`` bytes of the body (all of it if shorter); the rest is left unread."""
+    body = bytearray()
+    while len(body) < size and (chunk := await response.content.read(size - len(body))):
+        body += chunk
+    return bytes(body)
+
+
+def _too_large(shown: str, cap: int, what: str) -> InvalidResponse:
+    return InvalidResponse(
+        f"the response of {shown} {what} than the {cap:,} bytes a reply to this request can need "
+        "(from max_new_tokens and the prompt); not read further",
+        url=shown,
+    )
+
+
+def _reason(exc: BaseException, timeout: float) -> str:
+    """What went wrong, never empty (``str(TimeoutError())`` and some aiohttp errors are ``""``).
+
+    A timeout with a message of its own (aiohttp's connect timeout) keeps it: ``timeout`` is not its limit.
+    """
+    if str(exc):
+        return str(exc)
+    return f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else type(exc).__name__
+
+
+def _decode_object(payload: bytes, url: str) -> Mapping[str, Any]:
+    try:
+        result = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidResponse(f"response from {url} is not JSON: {exc}", url=url) from exc
+    if not isinstance(result, dict):
+        raise InvalidResponse(f"response from {url} is not one JSON object", url=url)
+    return result
+
+
+# --- side endpoints --------------------------------------------------------------------------
+
+
+async def get_json(session: aiohttp.ClientSession, url: str, timeout: float) -> Any:
+    """GET a JSON document (at most :data:`~eagle3_raw.limits.SIDE_BODY_BYTES`); connection problems
+    raise ServerUnreachable, other statuses their :func:`~eagle3_raw.sglang.status.http_error`."""
+    shown = public_url(url)
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.get(url, allow_redirects=False) as response:
+                payload = await _read_ok(response, limits.SIDE_BODY_BYTES, shown)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise ServerUnreachable(f"cannot reach {shown}: {_reason(exc, timeout)}") from exc
+    except InvalidResponse as exc:
+        raise ServerMismatch(str(exc)) from exc
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise ServerUnreachable(f"{shown} did not answer JSON: is it an SGLang server?") from exc
+
+
+async def health(session: aiohttp.ClientSession, url: str, timeout: float) -> bool:
+    """True when ``/health`` answers 200 (SGLang runs a one-token generation for it)."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.get(f"{url}/health", allow_redirects=False) as response:
+                await _read_prefix(response, limits.ERROR_BODY_BYTES)
+                return response.status == 200
+    except (TimeoutError, aiohttp.ClientError):
+        return False
+
+
+async def server_identity(session: aiohttp.ClientSession, url: str, timeout: float) -> ServerIdentity:
+    """Read ``/model_info``, ``/server_info`` and ``/v1/models`` (older aliases as fallbacks)."""
+    model_info = await _first_json(session, url, ("/model_info", "/get_model_info"), timeout)
+    server_info = await _first_json(session, url, ("/server_info", "/get_server_info"), timeout)
+    max_model_len = await _max_model_len(session, url, timeout)
+    return identity_from(url, model_info, server_info, max_model_len)
+
+
+def identity_from(
+    url: str, model_info: Mapping[str, Any], server_info: Mapping[str, Any], max_model_len: int | None
+) -> ServerIdentity:
+    """The :class:`ServerIdentity` of what a server answered on its three info routes."""
+    return ServerIdentity(
+        url=url,
+        model_path=str(model_info.get("model_path") or server_info.get("model_path") or ""),
+        served_model_name=str(model_info.get("served_model_name") or ""),
+        weight_version=str(model_info.get("weight_version") or "default"),
+        version=str(server_info.get("version") or "unknown"),
+        context_length=max_model_len or _int_or_none(server_info.get("context_length")),
+        max_req_input_len=_scheduler_value(server_info, "max_req_input_len"),
+        max_running_requests=_max_running_requests(server_info),
+        model_info=scrub(dict(model_info)),
+        server_info=scrub({k: server_info[k] for k in SERVER_INFO_KEYS if k in server_info}),
+        reserved_tokens=_reserved_tokens(server_info),
+        preferred_sampling_params=_preferred(model_info.get("preferred_sampling_params"), url),
+    )
+
+
+async def _first_json(
+    session: aiohttp.ClientSession, url: str, paths: Sequence[str], timeout: float
+) -> Mapping[str, Any]:
+    """The first of ``paths`` the server has (a 404 or 405 tries the next; anything else raises)."""
+    last: EndpointNotFound | None = None
+    for path in paths:
+        try:
+            value = await get_json(session, f"{url}{path}", timeout)
+        except EndpointNotFound as exc:
+            last = exc
+            continue
+        return value if isinstance(value, dict) else {}
+    raise ServerMismatch(
+        f"{public_url(url)} answers none of {', '.join(paths)}: is it an SGLang server?"
+    ) from last
+
+
+async def _max_model_len(session: aiohttp.ClientSession, url: str, timeout: float) -> int | None:
+    try:
+        models = await get_json(session, f"{url}/v1/models", timeout)
+        return _int_or_none(models["data"][0].get("max_model_len"))
+    except (ServerUnreachable, EndpointNotFound, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def _states(server_info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``internal_states``: one mapping of resolved settings per DP rank (empty if absent)."""
+    states = server_info.get("internal_states")
+    return [s for s in states if isinstance(s, Mapping)] if isinstance(states, list) else []
+
+
+def _scheduler_value(server_info: Mapping[str, Any], key: str) -> int | None:
+    value = server_info.get(key)
+    states = _states(server_info)
+    if value is None and states:
+        value = states[0].get(key)
+    return _int_or_none(value)
+
+
+_EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP", "NEXTN"})
+
+
+def _reserved_tokens(server_info: Mapping[str, Any]) -> int:
+    """SGLang's ``compute_num_reserved_tokens``: for EAGLE-style speculative decoding,
+    max(eagle_topk x num_steps, num_draft_tokens) output slots per request; else 0. Resolved values
+    (``internal_states``) first: the top level has null for what was not passed."""
+
+    state = next(iter(_states(server_info)), {})
+
+    def resolved(key: str) -> Any:
+        value = state.get(key)
+        return server_info.get(key) if value is None else value
+
+    algorithm = resolved("speculative_algorithm")
+    if not isinstance(algorithm, str) or algorithm.upper() not in _EAGLE_ALGORITHMS:
+        return 0
+    topk, steps = (
+        _int_or_none(resolved(k)) or 0 for k in ("speculative_eagle_topk", "speculative_num_steps")
+    )
+    drafts = [
+        _int_or_none(resolved(k)) or 0
+        for k in ("speculative_num_draft_tokens", "max_speculative_num_draft_tokens")
+    ]
+    return max(topk * steps, *drafts)
+
+
+def _preferred(value: Any, url: str) -> dict[str, Any]:
+    """``preferred_sampling_params`` as a mapping (SGLang reports the parsed JSON, or null)."""
+    if isinstance(value, str) and value.strip():
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            message = f"{url}/model_info: preferred_sampling_params is not JSON ({exc}); cannot tell "
+            raise ServerMismatch(message + "which sampling params the server adds to requests") from exc
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _max_running_requests(server_info: Mapping[str, Any]) -> int | None:
+    """The batch size the server really runs: the sum over DP ranks of the scheduler's
+    ``effective_max_running_requests_per_dp`` (``internal_states``), else the configured value
+    (null in ``/server_info`` unless passed on the command line)."""
+    states = _states(server_info)
+    if states:
+        effective = [_int_or_none(s.get("effective_max_running_requests_per_dp")) for s in states]
+        if all(e is not None and e > 0 for e in effective):
+            return sum(e for e in effective if e is not None)
+    return _scheduler_value(server_info, "max_running_requests")
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+async def tokenize(session: aiohttp.ClientSession, url: str, text: str, timeout: float) -> list[int]:
+    """The server's own tokenization of ``text`` (``/tokenize``, no special tokens added).
+
+    :class:`~eagle3_raw.sglang.status.EndpointNotFound` when the server has no ``/tokenize``.
+    """
+    body = orjson.dumps({"prompt": text, "add_special_tokens": False})
+    where = f"{public_url(url)}/tokenize"
+    cap = limits.response_cap(len(text), 0)
+    payload = await _post(session, f"{url}/tokenize", body, timeout, cap=cap, shown=where)
+    tokens = _decode_object(payload, where).get("tokens")
+    if not isinstance(tokens, list):
+        raise InvalidResponse(f"{where} returned no token list", url=where)
+    return tokens
+
+
+async def tokenize_chat(
+    session: aiohttp.ClientSession, url: str, body: Mapping[str, Any], timeout: float
+) -> list[int]:
+    """The prompt ids the server's chat path makes of a chat request (``/tokenize`` with
+    ``messages``, SGLang 0.5.23 ``sglang-protocol.md`` §14.1): what its chat API would feed the model.
+
+    :class:`~eagle3_raw.errors.RequestRejected` (with the server's message) when the chat path
+    refuses this request; :class:`~eagle3_raw.sglang.status.EndpointNotFound` without ``/tokenize``.
+    """
+    data = orjson.dumps(dict(body))
+    where = f"{public_url(url)}/tokenize"
+    cap = limits.response_cap(len(data), 0)
+    payload = await _post(session, f"{url}/tokenize", data, timeout, cap=cap, shown=where)
+    tokens = _decode_object(payload, where).get("tokens")
+    if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+        raise InvalidResponse(f"{where} returned no token list for a chat request", url=where)
+    return tokens
+
+
+async def abort(session: aiohttp.ClientSession, url: str, rid: str, timeout: float = 2.0) -> None:
+    """Ask the server to stop generating ``rid`` (best effort: errors are ignored)."""
+    try:
+        async with asyncio.timeout(timeout):
+            body = orjson.dumps({"rid": rid, "abort_all": False})
+            async with session.post(f"{url}/abort_request", data=body, allow_redirects=False) as response:
+                await _read_prefix(response, limits.ERROR_BODY_BYTES)
+    except (TimeoutError, aiohttp.ClientError):
+        pass
+
+
+# --- the chat API's output parsers (sglang-protocol.md §14.2) ---------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call ``/parse_function_call`` found: the tool's name and its arguments as a JSON string."""
+
+    name: str
+    parameters: str
+
+
+async def separate_reasoning(
+    session: aiohttp.ClientSession, url: str, text: str, parser: str, timeout: float
+) -> tuple[str, str]:
+    """``(reasoning_text, text)`` of a generated ``text`` as the server's reasoning ``parser``
+    splits it (``/separate_reasoning``), exactly as its chat API does for a completion."""
+    result = await _parse_post(session, url, "separate_reasoning", {"text": text, "reasoning_parser": parser},
+                               len(text), timeout)  # fmt: skip
+    reasoning, rest = result.get("reasoning_text"), result.get("text")
+    if not isinstance(reasoning, str | None) or not isinstance(rest, str):
+        raise InvalidResponse(f"{public_url(url)}/separate_reasoning returned no texts", url=public_url(url))
+    return reasoning or "", rest
+
+
+async def parse_function_call(
+    session: aiohttp.ClientSession, url: str, text: str, tools: Sequence[Mapping[str, Any]], parser: str,
+    timeout: float,
+) -> tuple[str, list[ToolCall]]:  # fmt: skip
+    """``(normal_text, calls)`` of ``text`` as the server's tool-call ``parser`` reads it against
+    ``tools`` (``/parse_function_call``)."""
+    body = {"text": text, "tools": [dict(t) for t in tools], "tool_call_parser": parser}
+    result = await _parse_post(session, url, "parse_function_call", body, len(text), timeout)
+    normal, calls = result.get("normal_text"), result.get("calls")
+    where = f"{public_url(url)}/parse_function_call"
+    if not isinstance(normal, str) or not isinstance(calls, list):
+        raise InvalidResponse(f"{where} returned no normal_text and calls", url=where)
+    return normal, [_tool_call(call, where) for call in calls]
+
+
+def _tool_call(call: Any, where: str) -> ToolCall:
+    name = call.get("name") if isinstance(call, dict) else None
+    parameters = call.get("parameters") if isinstance(call, dict) else None
+    if not isinstance(name, str) or not isinstance(parameters, str):
+        raise InvalidResponse(f"{where} returned a call without a name and parameters", url=where)
+    return ToolCall(name, parameters)
+
+
+async def _parse_post(
+    session: aiohttp.ClientSession, url: str, route: str, body: Mapping[str, Any], size: int, timeout: float
+) -> Mapping[str, Any]:
+    where = f"{public_url(url)}/{route}"
+    cap = limits.response_cap(size, 0)
+    payload = await _post(session, f"{url}/{route}", orjson.dumps(dict(body)), timeout, cap=cap, shown=where)
+    return _decode_object(payload, where)
+
+
+async def detokenize(
+    session: aiohttp.ClientSession, url: str, ids: Sequence[int], skip_special_tokens: bool, timeout: float
+) -> str:
+    """The server's decode of ``ids`` (``/detokenize``): the ``text`` its ``/generate`` returns for
+    them, for a generation journaled without it."""
+    body = {"tokens": list(ids), "skip_special_tokens": skip_special_tokens}
+    result = await _parse_post(session, url, "detokenize", body, 4 * len(ids), timeout)
+    text = result.get("text")
+    if not isinstance(text, str):
+        raise InvalidResponse(f"{public_url(url)}/detokenize returned no text", url=public_url(url))
+    return text
