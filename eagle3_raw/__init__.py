@@ -7,7 +7,6 @@ light: ``datasets`` and the other heavy libraries load only when first needed.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import (
@@ -21,6 +20,7 @@ from eagle3_raw.errors import (
 )
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.registry import register
+from eagle3_raw.version import __version__
 
 if TYPE_CHECKING:
     import datasets
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from eagle3_raw.export import ExportResult
     from eagle3_raw.hub import Comparison, PushResult
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Eagle3RawError",
@@ -62,20 +61,9 @@ def load(
     Raises an :class:`Eagle3RawError`; an unwritable ``cache_dir`` is one (checked before the
     build, and while ``datasets`` writes it: the journal keeps every generated row).
     """
-    import datasets
+    from eagle3_raw.builder import load_set  # import eagle3_raw stays light: datasets loads here
 
-    from eagle3_raw.builder import our_errors
-    from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir
-
-    register()
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    check_writable(cache, "datasets cache")
-    with cache_errors(cache), our_errors():
-        dataset = datasets.load_dataset(
-            "eagle3_raw", recipe=recipe, split=split, cache_dir=cache_dir, **overrides
-        )
-    assert isinstance(dataset, datasets.Dataset)
-    return dataset
+    return load_set(recipe, split, cache_dir=cache_dir, **overrides)
 
 
 def push(recipe: Any, repo_id: str, **options: Any) -> PushResult:

@@ -25,7 +25,9 @@ from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import set_dir
 from eagle3_raw.journal.roots import record_cache
+from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir
 from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.registry import register
 from eagle3_raw.rows import features
 from eagle3_raw.run.build import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
 from eagle3_raw.run.progress import reason_lines
@@ -244,7 +246,6 @@ def build(
     run_options: Mapping[str, Any] | None = None,
 ) -> Built:
     """Build ``recipe``'s set into the ``datasets`` cache, or reuse it (then no request is sent)."""
-    from eagle3_raw.registry import register
 
     register()
     options = dict(run_options or {})
@@ -310,3 +311,18 @@ __all__ = [
     "journal_tables",
     "our_errors",
 ]
+
+
+def load_set(
+    recipe: Any, split: str = "train", *, cache_dir: str | None = None, **overrides: Any
+) -> datasets.Dataset:
+    """:func:`eagle3_raw.load`: the set of ``recipe`` through ``load_dataset``, built or from the cache."""
+    register()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    check_writable(cache, "datasets cache")
+    with cache_errors(cache), our_errors():
+        dataset = datasets.load_dataset(
+            "eagle3_raw", recipe=recipe, split=split, cache_dir=cache_dir, **overrides
+        )
+    assert isinstance(dataset, datasets.Dataset)
+    return dataset

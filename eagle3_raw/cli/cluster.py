@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3_raw.cli.common import EXIT_FAILED_ROWS, EXIT_OK, add_recipe_arguments, summary_text
 from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ def add_cluster(sub: SubParsers) -> None:
 
 
 def _add_slurm(sub: SubParsers) -> None:
-    from eagle3_raw.cli.main import add_recipe_arguments
 
     parser = sub.add_parser(
         "slurm", help="write (and --submit) a SLURM array job of the recipe's shards, and a merge job",
@@ -96,7 +96,6 @@ def _slurm(args: argparse.Namespace) -> int:
 
 
 def _add_ray(sub: SubParsers) -> None:
-    from eagle3_raw.cli.main import add_recipe_arguments
 
     parser = sub.add_parser(
         "ray", help="run the recipe's shards as tasks on a Ray cluster, then merge",
@@ -117,7 +116,6 @@ def _add_ray(sub: SubParsers) -> None:
 
 
 def _ray(args: argparse.Namespace) -> int:
-    from eagle3_raw.cli.main import EXIT_FAILED_ROWS, EXIT_OK, summary_text
     from eagle3_raw.cluster.ray_runner import RayShards, run_on_ray
     from eagle3_raw.recipe import find_recipe_file, parse_set_args
 
@@ -139,7 +137,6 @@ def _ray(args: argparse.Namespace) -> int:
 
 
 def _add_status(sub: SubParsers) -> None:
-    from eagle3_raw.cli.main import add_recipe_arguments
 
     parser = sub.add_parser(
         "status", help="per shard and in total: rows done, failed, tokens, rate and ETA, from the journal",

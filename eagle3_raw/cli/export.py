@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3_raw.cli.common import add_run_arguments, run_kwargs
 from eagle3_raw.export.layouts import LAYOUTS
 from eagle3_raw.export.lengths import OVERFLOWS
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
 
 def add_export(sub: SubParsers) -> argparse.ArgumentParser:
     """Register ``export (RECIPE | --hub ORG/NAME[@REV]) --layout L --output DIR [...]``."""
-    from eagle3_raw.cli.main import add_run_arguments
 
     parser: argparse.ArgumentParser = sub.add_parser(
         "export",
@@ -55,7 +55,6 @@ def add_export(sub: SubParsers) -> argparse.ArgumentParser:
 
 def run_export(args: argparse.Namespace) -> int:
     """Handler of ``export``: prints what was written, what the length limit costs, the trainer commands."""
-    from eagle3_raw.cli.main import run_kwargs
     from eagle3_raw.errors import ExportError
     from eagle3_raw.export import export
     from eagle3_raw.recipe import parse_set_args

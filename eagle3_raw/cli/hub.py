@@ -12,6 +12,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.cli.common import (
+    EXIT_NOT_IDENTICAL,
+    EXIT_OK,
+    add_recipe_arguments,
+    add_run_arguments,
+    run_kwargs,
+)
 from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
@@ -20,7 +27,6 @@ if TYPE_CHECKING:
 
 def add_push(sub: SubParsers) -> argparse.ArgumentParser:
     """Register ``push RECIPE --repo org/name [--tag v1] [--private] [--revision BRANCH] [--set k=v]``."""
-    from eagle3_raw.cli.main import add_recipe_arguments, add_run_arguments
 
     parser: argparse.ArgumentParser = sub.add_parser(
         "push",
@@ -90,7 +96,6 @@ def add_reproduce(sub: SubParsers) -> argparse.ArgumentParser:
 
 def run_push(args: argparse.Namespace) -> int:
     """Handler of ``push``."""
-    from eagle3_raw.cli.main import run_kwargs
     from eagle3_raw.hub import push
     from eagle3_raw.recipe import parse_set_args
 
@@ -114,6 +119,5 @@ def run_reproduce(args: argparse.Namespace) -> int:
         run_options=options, reference_server=args.reference_server, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
     print(printable(comparison.render(), newlines=True))
-    from eagle3_raw.cli.main import EXIT_NOT_IDENTICAL, EXIT_OK
 
     return EXIT_NOT_IDENTICAL if args.strict and not comparison.full_agreement else EXIT_OK

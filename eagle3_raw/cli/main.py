@@ -17,8 +17,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.cli import cluster as cluster_cli
+from eagle3_raw.cli import export as export_cli
+from eagle3_raw.cli import hub as hub_cli
+from eagle3_raw.cli import inspect as inspect_cli
+from eagle3_raw.cli import journals as journals_cli
+from eagle3_raw.cli import stats
+from eagle3_raw.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED_ROWS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_recipe_arguments,
+    add_run_arguments,
+    run_kwargs,
+    summary_text,
+)
+from eagle3_raw.cli.validate import add_validate
 from eagle3_raw.errors import Eagle3RawError, Interrupted
 from eagle3_raw.printable import printable
+from eagle3_raw.reference import cli as reference_cli
 
 if TYPE_CHECKING:
     from eagle3_raw.builder import Built
@@ -27,13 +45,6 @@ if TYPE_CHECKING:
 
 Handler = Callable[[argparse.Namespace], int]
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-"""argparse's code for a bad command line."""
-EXIT_NOT_IDENTICAL = 3
-EXIT_FAILED_ROWS = 4
-EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    from eagle3_raw import __version__
+    from eagle3_raw.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="eagle3-raw", description="Raw-token EAGLE-3 training sets from SGLang's native /generate."
@@ -85,38 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("recipe", help="recipe YAML file, or the name of a bundled recipe (e.g. demo)")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="override a recipe field, e.g. --set sampling.temperature=0 (repeatable; VALUE is YAML)",
-    )  # fmt: skip
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from eagle3_raw.run.earlystop import DEFAULT_EARLY_STOP
-
-    add = parser.add_argument
-    add(
-        "--journal-dir",
-        type=Path,
-        help="journal root (default $EAGLE3_RAW_JOURNAL_DIR or ~/.cache/eagle3_raw/journals)",
-    )
-    add("--retry-failed", action="store_true", help="try rows that failed for good in an earlier run again")
-    add("--quiet", action="store_true", help="no progress bar: one log line per interval")
-    add(
-        "--log-interval", type=float, default=30.0, help="seconds between log lines with --quiet (default 30)"
-    )
-    add(
-        "--disk-wait", type=float, default=600.0, metavar="SECONDS",
-        help="how long a full journal disk is waited for (no new request meanwhile) before the run stops, "
-        "keeping the rows it holds in the spill folder it names (default 600)",
-    )  # fmt: skip
-    add(
-        "--early-stop", type=int, default=DEFAULT_EARLY_STOP, metavar="N",
-        help="stop when the first N rows all fail (or are all skipped) for one reason and none was "
-        "generated, saying it once (default %(default)s; 0: never)",
-    )  # fmt: skip
 
 
 def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -134,9 +115,7 @@ def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from eagle3_raw.cli import validate
-
-    validate.add_validate(sub)
+    add_validate(sub)
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,15 +137,6 @@ def _add_merge(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(handler=_merge)
 
 
-def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "journal_dir": args.journal_dir,
-        "retry_failed": args.retry_failed,
-        "progress": "log" if args.quiet else "bar",
-        "log_interval": args.log_interval,
-        "disk_wait": args.disk_wait,
-        "early_stop": args.early_stop,
-    }
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -248,51 +218,33 @@ def build_dataset(
         return build(recipe, overrides=overrides, cache_dir=cache_dir, run_options=run_options)
 
 
-def summary_text(built: Built) -> str:
-    """The run's summary, or what a set reused from the cache holds."""
-    if built.run_result is not None:
-        result = built.run_result
-        partial = f"\nPARTIAL set ({result.partial}): config {built.config_id}" if result.partial else ""
-        return result.summary.render() + partial
-    from eagle3_raw.builder import failures_notice
-
-    cached = f"loaded from the datasets cache (no request sent): {len(built.dataset):,} rows"
-    failed = f"\nfailed            {failures_notice(built.cached_failures)}" if built.cached_failures else ""
-    return f"{cached}\ncache             {built.cache_dir}{failed}"
 
 
 def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from eagle3_raw.cli import hub as hub_cli
 
     hub_cli.add_push(sub)
     hub_cli.add_reproduce(sub)
-    from eagle3_raw.cli import journals as journals_cli
 
     journals_cli.add_journals(sub)
 
 
 def _add_looking(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from eagle3_raw.cli import inspect as inspect_cli
-    from eagle3_raw.cli import stats
 
     inspect_cli.add_inspect(sub)
     stats.add_stats(sub)
 
 
 def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from eagle3_raw.cli import export as export_cli
 
     export_cli.add_export(sub)
 
 
 def _add_cluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from eagle3_raw.cli import cluster as cluster_cli
 
     cluster_cli.add_cluster(sub)
 
 
 def _add_serve_reference(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from eagle3_raw.reference import cli as reference_cli
 
     parser = sub.add_parser(
         "serve-reference",

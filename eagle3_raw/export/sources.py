@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.builder import load_set
 from eagle3_raw.errors import ExportError
 
 if TYPE_CHECKING:
@@ -53,12 +54,11 @@ def from_recipe(
     target_vocab_size: int | None,
 ) -> Source:
     """The recipe's set (built or reused, as :func:`eagle3_raw.load` does)."""
-    import eagle3_raw
     from eagle3_raw.recipe import load_recipe
 
     loaded = load_recipe(recipe, overrides)
     options = dict(run_options or {})
-    dataset = eagle3_raw.load(loaded, cache_dir=str(cache_dir) if cache_dir else None, **options)
+    dataset = load_set(loaded, cache_dir=str(cache_dir) if cache_dir else None, **options)
     size, origin = (target_vocab_size, "given") if target_vocab_size else recipe_vocab_size(loaded)
     return Source(dataset, loaded.name, size, origin, loaded.export.draft_vocab_sizes)
 

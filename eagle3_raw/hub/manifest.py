@@ -133,7 +133,7 @@ def _versions() -> dict[str, str]:
     import datasets
     import huggingface_hub
 
-    from eagle3_raw import __version__
+    from eagle3_raw.version import __version__
 
     return {
         "eagle3_raw": __version__,

@@ -256,3 +256,22 @@ def replace_durably(path: Path, data: bytes, action: str = "write") -> None:
                 temporary.unlink()
             raise
         fsync_dir(path.parent)  # fsync point: the rename itself
+
+
+GC_LOCK = "gc.lock"
+
+
+def open_gc_lock(root: Path) -> int:
+    """The root's collection lock file, opened (made if missing); the caller locks and closes it."""
+    with guard("open the lock file", root / GC_LOCK):
+        return os.open(root / GC_LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+
+
+def open_shared_use(root: Path) -> int:
+    """A shared hold on the root's collection lock (as :func:`~eagle3_raw.journal.roots.shared_use`)
+    for a writer that closes the descriptor itself (closing releases it)."""
+    fd = open_gc_lock(root)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.files import (
-    FILE_MODE,
     check_journal_dirs,
     describe,
     guard,
+    open_gc_lock,
     replace_durably,
     try_lock,
 )
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-GC_LOCK = "gc.lock"
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ class PruneReport:
 @contextlib.contextmanager
 def shared_use(root: Path) -> Iterator[None]:
     """Held by every writer of ``root`` for its life: collection waits for none of them, it refuses."""
-    fd = _open_gc_lock(root)
+    fd = open_gc_lock(root)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         yield
@@ -112,19 +111,12 @@ def shared_use(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def open_shared_use(root: Path) -> int:
-    """:func:`shared_use` for a writer that closes the descriptor itself (closing releases it)."""
-    fd = _open_gc_lock(root)
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    return fd
-
-
 @contextlib.contextmanager
 def exclusive_use(root: Path) -> Iterator[None]:
     """Held while sets or generations are removed; JournalError when a writer holds the root, or
     for a root another user owns or may write (checked before the lock file is made in it)."""
     check_root(root)
-    fd = _open_gc_lock(root)
+    fd = open_gc_lock(root)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -135,11 +127,6 @@ def exclusive_use(root: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _open_gc_lock(root: Path) -> int:
-    with guard("open the lock file", root / GC_LOCK):
-        return os.open(root / GC_LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
 
 
 def list_sets(root: Path, *, cache_dir: Path | None = None) -> list[SetInfo]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
 from eagle3_raw.journal.assembly import Pair, merged_groups, mixture_counts, rollout_stats, to_row, to_table
-from eagle3_raw.journal.files import check_journal_dirs
+from eagle3_raw.journal.files import check_journal_dirs, open_shared_use
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.log import LogWriter
 from eagle3_raw.journal.records import GEN_FIXED, GENERATION, HEAD, ROW, Outcome
@@ -99,7 +99,6 @@ class Journal:
         flush_interval: float = 1.0,
     ) -> Journal:  # fmt: skip
         """Create or reopen set ``fresh["config_id"]`` under ``root`` and become the writer of ``shard``."""
-        from eagle3_raw.journal.roots import open_shared_use
 
         sets = SetJournal.open(
             set_dir(root, fresh["config_id"]), fresh, shard=shard, flush_interval=flush_interval

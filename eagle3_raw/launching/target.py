@@ -45,7 +45,7 @@ def launched_target(recipe: Recipe, root: Path, *, api_key: str | None, generate
             f"journal {root}: build the shards first (eagle3-raw build --shard i/N), or pass the "
             "--journal-dir (and --set options) they were built with"
         )
-    from eagle3_raw.cli.validate import check_before_launch
+    from eagle3_raw.run.preflight import check_before_launch
 
     check_before_launch(recipe)  # a missing source or a bad template before SGLang starts, not after
     server = hold(recipe, api_key)

@@ -36,6 +36,7 @@ from eagle3_raw.errors import (
 from eagle3_raw.identity import Target, code_digest, set_config_id
 from eagle3_raw.journal.plans import pass_over
 from eagle3_raw.journal.spill import spill_root
+from eagle3_raw.launching.target import launched_target
 from eagle3_raw.redact import scrub
 from eagle3_raw.run.checks import ServerChecks, sample_conversations
 from eagle3_raw.run.dispatch import RENDERS_IN_FLIGHT, Dispatcher, room_in_journal
@@ -46,6 +47,14 @@ from eagle3_raw.run.plan import KeySet, Planner, Shard, planned_rows
 from eagle3_raw.run.progress import ProgressDisplay, ProgressMode, RunStats, Summary
 from eagle3_raw.run.runtime import open_file_budget, run_sync, signals_cancel
 from eagle3_raw.run.shards import check_whole, mark_complete, missing, whole_count
+from eagle3_raw.run.target import (
+    ask_identities,
+    choose_render,
+    recorded_target,
+    reference_identity,
+    target_of,
+    with_rollout_parsers,
+)
 from eagle3_raw.run.template_limits import interruptible
 from eagle3_raw.sglang import client as sglang
 
@@ -54,6 +63,7 @@ if TYPE_CHECKING:
     from eagle3_raw.journal.store import Spilled
     from eagle3_raw.recipe import Recipe
     from eagle3_raw.run.render import Renderer
+
 
 log = logging.getLogger("eagle3_raw")
 
@@ -119,8 +129,6 @@ class RunResult:
 
 def resolve(recipe: Recipe, options: RunOptions) -> Target:
     """The target of ``recipe`` (see :func:`eagle3_raw.run.target.resolve_target`)."""
-    from eagle3_raw.run.target import resolve_target
-
     return resolve_target(recipe, options.root, api_key=api_key(recipe), generate=options.generate)
 
 
@@ -174,7 +182,7 @@ def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tupl
     the block ends, however it ends; neither outlives this process. What would fail every row (a
     missing prompt source, a bad template) is raised before a server starts."""
     if recipe.server.launch is not None:
-        from eagle3_raw.cli.validate import check_before_launch
+        from eagle3_raw.run.preflight import check_before_launch
 
         if recipe.server.launch == "reference" or not _held(recipe):
             check_before_launch(recipe)
@@ -652,3 +660,40 @@ def assemble(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
                 raise
             partial = missing(directory)
         return RunResult(directory, summarize(journal, recipe, RunStats()), config_id, target, partial)
+
+
+def resolve_target(
+    recipe: Recipe, journal_root: Path, *, api_key: str | None, generate: bool = True
+) -> Target:
+    """The target of ``recipe`` (see the module docstring). ServerUnreachable when no endpoint
+    answers and the journal has no set of this recipe; other server errors (a refused key, a
+    server that is not SGLang) as they come. ``generate=False`` (a merge) never starts a server."""
+    from eagle3_raw.run.runtime import run_sync
+
+    if recipe.server.launch == "reference":
+        identity = reference_identity(recipe.server.launch_args)
+        cannot = (
+            "it runs with --skip-tokenizer-init"
+            if "--skip-tokenizer-init" in recipe.server.launch_args
+            else ""
+        )
+        target = choose_render(recipe, target_of([identity], "reference"), cannot)
+        return with_rollout_parsers(recipe, target, identity.server_info)
+    if recipe.server.launch == "sglang":
+        return launched_target(recipe, journal_root, api_key=api_key, generate=generate)
+    identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, recipe.server.endpoints))
+    if identities:
+        target = choose_render(recipe, target_of(identities), cannot)
+        return with_rollout_parsers(recipe, target, identities[0].server_info)
+    recorded = recorded_target(recipe, journal_root)
+    if recorded is None:
+        raise ServerUnreachable(
+            "no endpoint answered: "
+            + "; ".join(str(e) for e in errors)
+            + f" (and the journal {journal_root} holds no set of recipe {recipe.name!r} to read without one)"
+        )
+    log.warning(
+        "no endpoint answers (%s); using the target recorded by the last set of %r in the journal: %s",
+        "; ".join(str(e) for e in errors), recipe.name, recorded.describe(),
+    )  # fmt: skip
+    return recorded

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import RetryableError, RowError, ServerMismatch, ServerUnreachable
 from eagle3_raw.recipe import MANAGED_SAMPLING_KEYS
 from eagle3_raw.run.render import generation_points
+from eagle3_raw.run.retry import backoff
 from eagle3_raw.run.target import target_of
 from eagle3_raw.sglang import client as sglang
 
@@ -195,9 +195,6 @@ class ServerChecks:
         return True
 
 
-def backoff(attempt: int) -> float:
-    """Seconds to wait before attempt ``attempt`` (1, 2, ...): exponential, capped, jittered."""
-    return float(min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
 
 
 def check_preferred_sampling(identity: sglang.ServerIdentity, sent: Mapping[str, Any]) -> None:

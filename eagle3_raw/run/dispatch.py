@@ -45,9 +45,10 @@ from eagle3_raw.errors import (
     ServerUnreachable,
 )
 from eagle3_raw.rows import row_id
-from eagle3_raw.run.checks import backoff
 from eagle3_raw.run.earlystop import EarlyStop
 from eagle3_raw.run.plan import Job, Pending, Planned, Reuse, Rollout, Skip
+from eagle3_raw.run.retry import Stopping, backoff
+from eagle3_raw.run.rollout import RolloutRunner
 from eagle3_raw.sglang import client as sglang
 
 if TYPE_CHECKING:
@@ -118,8 +119,6 @@ class Dispatcher:
         elif isinstance(item, Pending):
             await self._rendered(item)
         elif isinstance(item, Rollout):
-            from eagle3_raw.run.rollout import RolloutRunner
-
             await RolloutRunner(self).run(item)
         else:
             await self.process(item)
@@ -377,8 +376,6 @@ class Dispatcher:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-class Stopping(Exception):
-    """The run is stopping: a request that failed meanwhile is nobody's failure."""
 
 
 async def room_in_journal(journal: Journal, limit: float, stop: threading.Event | None = None) -> None:

@@ -42,9 +42,9 @@ import orjson
 from eagle3_raw.errors import FatalError, PromptTooLong, RetriesExhausted, RowError
 from eagle3_raw.identity import conversation_digest, request_digest, rollout_input_key
 from eagle3_raw.rows import RowKey, row_id
-from eagle3_raw.run.dispatch import Stopping
 from eagle3_raw.run.mixture import recorded
 from eagle3_raw.run.plan import Job, Reuse, Skip
+from eagle3_raw.run.retry import Stopping
 from eagle3_raw.sglang import client as sglang
 
 if TYPE_CHECKING:

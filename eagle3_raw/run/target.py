@@ -1,7 +1,7 @@
 """The target of a recipe: which model (and server configuration) its rows come from.
 
 The set's config id covers the target (:func:`eagle3_raw.identity.set_config_id`), so it is found
-before anything is built or read from the ``datasets`` cache (:func:`resolve_target`):
+before anything is built or read from the ``datasets`` cache (:func:`eagle3_raw.run.build.resolve_target`):
 
 - ``server.launch: reference``: computed from the launch options, without starting the server;
 - ``server.launch: sglang``: the journal's record of a whole set built with the same launch
@@ -96,43 +96,6 @@ def _name(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def resolve_target(
-    recipe: Recipe, journal_root: Path, *, api_key: str | None, generate: bool = True
-) -> Target:
-    """The target of ``recipe`` (see the module docstring). ServerUnreachable when no endpoint
-    answers and the journal has no set of this recipe; other server errors (a refused key, a
-    server that is not SGLang) as they come. ``generate=False`` (a merge) never starts a server."""
-    from eagle3_raw.run.runtime import run_sync
-
-    if recipe.server.launch == "reference":
-        identity = reference_identity(recipe.server.launch_args)
-        cannot = (
-            "it runs with --skip-tokenizer-init"
-            if "--skip-tokenizer-init" in recipe.server.launch_args
-            else ""
-        )
-        target = choose_render(recipe, target_of([identity], "reference"), cannot)
-        return with_rollout_parsers(recipe, target, identity.server_info)
-    if recipe.server.launch == "sglang":
-        from eagle3_raw.launching.target import launched_target
-
-        return launched_target(recipe, journal_root, api_key=api_key, generate=generate)
-    identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, recipe.server.endpoints))
-    if identities:
-        target = choose_render(recipe, target_of(identities), cannot)
-        return with_rollout_parsers(recipe, target, identities[0].server_info)
-    recorded = recorded_target(recipe, journal_root)
-    if recorded is None:
-        raise ServerUnreachable(
-            "no endpoint answered: "
-            + "; ".join(str(e) for e in errors)
-            + f" (and the journal {journal_root} holds no set of recipe {recipe.name!r} to read without one)"
-        )
-    log.warning(
-        "no endpoint answers (%s); using the target recorded by the last set of %r in the journal: %s",
-        "; ".join(str(e) for e in errors), recipe.name, recorded.describe(),
-    )  # fmt: skip
-    return recorded
 
 
 async def ask_identities(
@@ -170,7 +133,7 @@ async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) 
     error (any status) says the server cannot render."""
     from eagle3_raw.errors import ConnectError, Eagle3RawError, RequestTimeout, ServerUnreachable
     from eagle3_raw.redact import public_url
-    from eagle3_raw.run.checks import backoff
+    from eagle3_raw.run.retry import backoff
     from eagle3_raw.sglang import client as sglang
 
     if identity.server_info.get("skip_tokenizer_init") is True:
