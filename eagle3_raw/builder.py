@@ -23,14 +23,16 @@ import pyarrow.compute as pc
 
 from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
 from eagle3_raw.identity import Target, set_config_id
-from eagle3_raw.journal import set_dir
+from eagle3_raw.journal import Journal, set_dir
 from eagle3_raw.journal.roots import record_cache
+from eagle3_raw.journal.unmade import UnmadeRow, group_reasons, rows_command
 from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir
 from eagle3_raw.recipe import Recipe, load_recipe
 from eagle3_raw.registry import register
 from eagle3_raw.rows import features
 from eagle3_raw.run.build import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
 from eagle3_raw.run.progress import reason_lines
+from eagle3_raw.run.shards import check_whole, whole_count
 
 log = logging.getLogger("eagle3_raw")
 
@@ -156,9 +158,6 @@ def _note_cache(directory: Path, cache: str) -> None:
 def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:
     """``-partial`` for a merge of a set whose shards have not all finished (``options.partial``);
     FatalError (what is missing) for such a merge without it."""
-    from eagle3_raw.journal import set_dir
-    from eagle3_raw.run.shards import check_whole, whole_count
-
     if options.generate:
         return ""
     directory = set_dir(options.root, set_config_id(recipe, target))
@@ -175,7 +174,6 @@ def journal_tables(root: Path, config_id: str, recipe: Recipe) -> Iterator[tuple
     """
     from datasets.builder import Key
 
-    from eagle3_raw.journal import Journal
 
     rows = 0
     with Journal.read(root, config_id) as journal:
@@ -193,8 +191,6 @@ def _no_rows_message(
     stats: dict[str, Any], failures: list[dict[str, Any]], recipe: Recipe, journal_dir: Path
 ) -> str:
     """Why the set is empty: counts, then the most common skip/fail reasons with their rows."""
-    from eagle3_raw.journal.unmade import rows_command
-
     counts = stats["failures"]
     where = f"; every one with its row id and reason: {rows_command(journal_dir)}" if failures else ""
     return (
@@ -208,8 +204,6 @@ def _no_rows_message(
 def _top_failures(failures: list[dict[str, Any]]) -> str:
     """The most common ``<kind>: <reason>`` of ``failures``, rows failed alike counted as one reason
     with their first row ids (:func:`~eagle3_raw.journal.unmade.group_reasons`)."""
-    from eagle3_raw.journal.unmade import UnmadeRow, group_reasons
-
     counts, examples = group_reasons(map(UnmadeRow.from_failure, failures))
     flat = {f"{kind}: {reason}": n for kind, reasons in counts.items() for reason, n in reasons.items()}
     named = {f"{kind}: {reason}": ids for kind, groups in examples.items() for reason, ids in groups.items()}
@@ -266,8 +260,6 @@ def build(
 
 def failed_for_good(directory: Path) -> dict[str, int]:
     """Reason -> rows of the set's rows that failed for good (``--retry-failed`` tries them again)."""
-    from eagle3_raw.journal import Journal
-
     if not (directory / "manifest.json").exists():
         return {}
     with Journal.read_dir(directory) as journal:

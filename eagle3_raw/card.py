@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw.errors import HubError
+from eagle3_raw.export.commands import for_card
 from eagle3_raw.recipe import is_greedy
+from eagle3_raw.resources import dataset_cards_dir
 
 if TYPE_CHECKING:
     import jinja2
@@ -256,8 +258,6 @@ def section_context(section: CardSection) -> dict[str, Any]:
 
 def trainer_context(section: CardSection) -> dict[str, Any]:
     """The draft vocabulary (``draft_vocab.json``) and the exact commands that hand the set to trainers."""
-    from eagle3_raw.export.commands import for_card
-
     vocab = dict(section.vocab or {})
     sizes = [int(size) for size in vocab.get("mapping_sizes") or []]
     longest = int(((section.manifest.get("lengths") or {}).get("total") or {}).get("max") or 2048)
@@ -348,7 +348,6 @@ def _lengths_context(lengths: Mapping[str, Any]) -> list[tuple[str, Mapping[str,
 def _environment() -> jinja2.Environment:
     import jinja2
 
-    from eagle3_raw.resources import dataset_cards_dir
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(dataset_cards_dir())),

@@ -44,6 +44,7 @@ BOUNDARIES = {
     "eagle3_raw.errors": "exception classes and their texts",
     "eagle3_raw.codedigest": "this module: it names modules, whose code it digests",
     "eagle3_raw.run.dispatch": "when and where a request is sent: the request digest covers what is sent",
+    "eagle3_raw.run.retry": "when a request is tried again, and the run stopping meanwhile",
     "eagle3_raw.sglang.client": "the HTTP transport; responses are checked, never reshaped",
     "eagle3_raw.run.endpoints": "which endpoint serves a request",
     "eagle3_raw.run.progress": "progress display",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from eagle3_raw import codedigest
+from eagle3_raw.recipe import canonical_params, shaping_payload
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
@@ -125,8 +126,6 @@ def request_digest(target: Target, input_ids: Sequence[int], sampling_params: Ma
     ``sampling_params`` are canonicalized first (SGLang's defaults resolved), so two spellings of
     the same request have one digest.
     """
-    from eagle3_raw.recipe import canonical_params
-
     return _sha(
         b"eagle3_raw/request/1",
         target.model_digest,
@@ -142,8 +141,6 @@ def conversation_digest(conv: Conversation) -> bytes:
 
 def input_context(recipe: Recipe, target: Target) -> bytes:
     """What every input key of ``recipe`` against ``target`` shares: shaping fields, target, code."""
-    from eagle3_raw.recipe import shaping_payload
-
     return _sha(
         b"eagle3_raw/input-context/1",
         _canonical(shaping_payload(recipe)),

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.errors import FatalError
+from eagle3_raw.errors import FatalError, RecipeError
 from eagle3_raw.hub.client import hub_api, hub_errors, parse_repo_ref
 from eagle3_raw.hub.strangers import choose_config, download_config, load_published_rows, published_configs
 from eagle3_raw.hub.untrusted import Trust, confine, pinned_commit, read_stranger_recipe
+from eagle3_raw.hub_reach import hub_local_files_only
 from eagle3_raw.limits import check_recipe_file, check_yaml_size
-from eagle3_raw.recipe import read_yaml
+from eagle3_raw.recipe import REFERENCE_TOKENIZER, load_recipe, read_yaml
+from eagle3_raw.registry import register
+from eagle3_raw.resources import builder_scripts_dir, reference_model_dir
 from eagle3_raw.run.render import load_tokenizer
 
 if TYPE_CHECKING:
@@ -67,8 +70,6 @@ def open_set(
 
 
 def _is_recipe(target: str) -> bool:
-    from eagle3_raw.resources import builder_scripts_dir
-
     path = Path(target).expanduser()
     bundled = not path.parent.parts and (builder_scripts_dir() / f"{path.name}.yaml").is_file()
     return path.is_file() or bundled or path.suffix in (".yaml", ".yml")  # a missing file: say so
@@ -80,8 +81,6 @@ def _built(
 ) -> OpenedSet:  # fmt: skip
     import datasets
 
-    from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.registry import register
 
     recipe = load_recipe(target, overrides)
     register()
@@ -107,7 +106,6 @@ def _recipe_tokenizer(recipe: Any, override: str | None) -> Callable[[], PreTrai
     def load() -> PreTrainedTokenizerBase:
         if override is not None:
             return _load_tokenizer(override, None, trust_remote_code=False)
-        from eagle3_raw.run.render import load_tokenizer
 
         return load_tokenizer(recipe)
 
@@ -171,10 +169,6 @@ def _tokenizer_folder(path: Path, name: str) -> str | None:
 def _load_tokenizer(name: str, revision: str | None, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
-    from eagle3_raw.errors import RecipeError
-    from eagle3_raw.hub_reach import hub_local_files_only
-    from eagle3_raw.recipe import REFERENCE_TOKENIZER
-    from eagle3_raw.resources import reference_model_dir
 
     source = str(reference_model_dir()) if name == REFERENCE_TOKENIZER else name
     local = name == REFERENCE_TOKENIZER or Path(name).is_dir()

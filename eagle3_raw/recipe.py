@@ -27,6 +27,8 @@ import orjson
 import yaml
 
 from eagle3_raw.errors import RecipeError, RecipeFileError
+from eagle3_raw.launching.command import check_sglang_launch
+from eagle3_raw.launching.reference import check_launch_args
 from eagle3_raw.limits import (
     REFERENCE_STARTUP_TIMEOUT,
     check_local_files,
@@ -36,6 +38,8 @@ from eagle3_raw.limits import (
     check_yaml_size,
 )
 from eagle3_raw.printable import printable
+from eagle3_raw.resources import builder_scripts_dir, reference_model_dir
+from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 from eagle3_raw.yaml_text import load_yaml
 
 REFERENCE_TOKENIZER = "reference"
@@ -380,7 +384,6 @@ def find_recipe_file(source: str | Path) -> Path:
     path = Path(source).expanduser()
     if path.is_file():
         return path.resolve()
-    from eagle3_raw.resources import builder_scripts_dir
 
     bundled = builder_scripts_dir()
     for candidate in (bundled / path.name, bundled / f"{path.name}.yaml"):
@@ -544,8 +547,6 @@ def _check_remote_code(recipe: Recipe) -> None:
 
 
 def _check_bounds(recipe: Recipe) -> None:
-    from eagle3_raw.launching.reference import check_launch_args
-
     check_numbers(recipe)
     check_launch_args(recipe.server.launch_args)
     check_local_files(recipe)
@@ -668,7 +669,6 @@ def _parse_sglang(raw: Any, launch: str | None) -> SGLangLaunch | None:
         stop_timeout=_positive(raw, "stop_timeout", p, 30.0),
         log_dir=_optional(raw, "log_dir", p, str, "a folder"),
     )
-    from eagle3_raw.launching.command import check_sglang_launch
 
     check_sglang_launch(launch_config)
     return launch_config
@@ -748,7 +748,6 @@ def _parse_rollout(raw: Mapping[str, Any]) -> RolloutConfig:
     if section and raw.get("turns") != "rollout":
         raise RecipeError("rollout", dict(section), "applies to turns: rollout only (set turns: rollout)")
     _check_keys("rollout.", section, frozenset(RolloutConfig.__dataclass_fields__))
-    from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
     return RolloutConfig(
         reasoning_parser=_parser_name(section, "reasoning_parser", REASONING_PARSER_NAMES),
@@ -1178,8 +1177,6 @@ def _template_digest(recipe: Recipe) -> str:
 def tokenizer_path(recipe: Recipe) -> Path | None:
     """The local tokenizer directory of the recipe, or None when ``model.tokenizer`` is a Hub id."""
     if recipe.model.tokenizer == REFERENCE_TOKENIZER:
-        from eagle3_raw.resources import reference_model_dir
-
         return reference_model_dir()
     local = recipe.resolve_path(recipe.model.tokenizer)
     return local if local.is_dir() else None

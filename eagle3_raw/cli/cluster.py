@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3_raw.cli.common import EXIT_FAILED_ROWS, EXIT_OK, add_recipe_arguments, summary_text
+from eagle3_raw.cluster.ray_runner import RayShards, run_on_ray
+from eagle3_raw.cluster.slurm import SlurmJob, interpreter_note, submit, write_scripts
+from eagle3_raw.cluster.status import render, watchers
+from eagle3_raw.journal import journal_root
 from eagle3_raw.printable import printable
+from eagle3_raw.recipe import find_recipe_file, load_recipe, parse_set_args
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -63,8 +68,6 @@ def _add_slurm(sub: SubParsers) -> None:
 def _slurm(args: argparse.Namespace) -> int:
     import shlex
 
-    from eagle3_raw.cluster.slurm import SlurmJob, interpreter_note, submit, write_scripts
-    from eagle3_raw.recipe import find_recipe_file, load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)  # checked here, not on the nodes
     push = ["--repo", args.push, *(["--tag", args.tag] if args.tag else []),
@@ -116,9 +119,6 @@ def _add_ray(sub: SubParsers) -> None:
 
 
 def _ray(args: argparse.Namespace) -> int:
-    from eagle3_raw.cluster.ray_runner import RayShards, run_on_ray
-    from eagle3_raw.recipe import find_recipe_file, parse_set_args
-
     recipe = args.recipe if not Path(args.recipe).exists() else str(find_recipe_file(args.recipe))
     spec = RayShards(
         recipe=recipe, shards=args.shards, journal_dir=args.journal_dir.resolve(),
@@ -153,10 +153,6 @@ def _add_status(sub: SubParsers) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from eagle3_raw.cluster.status import render, watchers
-    from eagle3_raw.journal import journal_root
-    from eagle3_raw.recipe import load_recipe
-
     recipe = load_recipe(args.recipe, args.overrides)
     sets = watchers(recipe, args.journal_dir or journal_root())
     try:

@@ -12,6 +12,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.builder import failures_notice
+from eagle3_raw.run.earlystop import DEFAULT_EARLY_STOP
+
 if TYPE_CHECKING:
     from eagle3_raw.builder import Built
 
@@ -34,8 +37,6 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from eagle3_raw.run.earlystop import DEFAULT_EARLY_STOP
-
     add = parser.add_argument
     add(
         "--journal-dir",
@@ -76,7 +77,6 @@ def summary_text(built: Built) -> str:
         result = built.run_result
         partial = f"\nPARTIAL set ({result.partial}): config {built.config_id}" if result.partial else ""
         return result.summary.render() + partial
-    from eagle3_raw.builder import failures_notice
 
     cached = f"loaded from the datasets cache (no request sent): {len(built.dataset):,} rows"
     failed = f"\nfailed            {failures_notice(built.cached_failures)}" if built.cached_failures else ""

@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3_raw.cli.common import add_run_arguments, run_kwargs
+from eagle3_raw.errors import ExportError
+from eagle3_raw.export import export
 from eagle3_raw.export.layouts import LAYOUTS
 from eagle3_raw.export.lengths import OVERFLOWS
+from eagle3_raw.recipe import parse_set_args
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -55,10 +58,6 @@ def add_export(sub: SubParsers) -> argparse.ArgumentParser:
 
 def run_export(args: argparse.Namespace) -> int:
     """Handler of ``export``: prints what was written, what the length limit costs, the trainer commands."""
-    from eagle3_raw.errors import ExportError
-    from eagle3_raw.export import export
-    from eagle3_raw.recipe import parse_set_args
-
     if (args.recipe is None) == (args.hub is None):
         raise ExportError("give a RECIPE or --hub ORG/NAME[@REVISION] (one of them)")
     result = export(

@@ -19,7 +19,9 @@ from eagle3_raw.cli.common import (
     add_run_arguments,
     run_kwargs,
 )
+from eagle3_raw.hub import push, reproduce
 from eagle3_raw.printable import printable
+from eagle3_raw.recipe import parse_set_args
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -96,9 +98,6 @@ def add_reproduce(sub: SubParsers) -> argparse.ArgumentParser:
 
 def run_push(args: argparse.Namespace) -> int:
     """Handler of ``push``."""
-    from eagle3_raw.hub import push
-    from eagle3_raw.recipe import parse_set_args
-
     result = push(
         args.recipe, args.repo, tag=args.tag, private=args.private, revision=args.revision,
         overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir, run_options=run_kwargs(args),
@@ -110,9 +109,6 @@ def run_push(args: argparse.Namespace) -> int:
 
 def run_reproduce(args: argparse.Namespace) -> int:
     """Handler of ``reproduce``: prints the comparison; with ``--strict``, 3 unless it fully agrees."""
-    from eagle3_raw.hub import reproduce
-    from eagle3_raw.recipe import parse_set_args
-
     options: dict[str, Any] = {"progress": "log" if args.quiet else "bar"}
     comparison = reproduce(
         args.repo, config=args.config, overrides=parse_set_args(args.overrides), work_dir=args.work_dir,

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.card import GENERATED_END, GENERATED_START
 from eagle3_raw.errors import FatalError
+from eagle3_raw.opening import open_set
 from eagle3_raw.printable import printable
+from eagle3_raw.recipe import parse_set_args
 
 if TYPE_CHECKING:
     import datasets
@@ -76,8 +78,6 @@ def run_inspect(args: argparse.Namespace) -> int:
     """Handler of ``inspect``."""
     from rich.console import Console
 
-    from eagle3_raw.opening import open_set
-    from eagle3_raw.recipe import parse_set_args
 
     if args.limit < 1:
         raise FatalError(f"--limit {args.limit}: expected at least 1")

@@ -7,6 +7,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3_raw.errors import JournalError
+from eagle3_raw.journal import Journal, journal_root, set_dir
+from eagle3_raw.journal.roots import list_sets, prune, remove_sets
+from eagle3_raw.journal.unmade import KINDS, render_json_lines, render_text, unmade_rows
 from eagle3_raw.printable import printable
 
 if TYPE_CHECKING:
@@ -88,10 +92,6 @@ def _add_rows(actions: SubParsers) -> None:
 
 
 def _rows(args: argparse.Namespace) -> int:
-    from eagle3_raw.errors import JournalError
-    from eagle3_raw.journal import Journal, journal_root, set_dir
-    from eagle3_raw.journal.unmade import KINDS, render_json_lines, render_text, unmade_rows
-
     root = args.journal_dir or journal_root()
     plain = args.config_id not in ("", ".", "..") and "/" not in args.config_id
     if not plain or not (set_dir(root, args.config_id) / "manifest.json").is_file():
@@ -107,9 +107,6 @@ def _rows(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eagle3_raw.journal import journal_root
-    from eagle3_raw.journal.roots import list_sets, prune, remove_sets
-
     root = args.journal_dir or journal_root()
     if args.action == "list":
         sets = list_sets(root, cache_dir=args.cache_dir)

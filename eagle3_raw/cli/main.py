@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.builder import build
 from eagle3_raw.cli import cluster as cluster_cli
 from eagle3_raw.cli import export as export_cli
 from eagle3_raw.cli import hub as hub_cli
@@ -34,9 +35,15 @@ from eagle3_raw.cli.common import (
     summary_text,
 )
 from eagle3_raw.cli.validate import add_validate
+from eagle3_raw.cluster.environment import shard_option
 from eagle3_raw.errors import Eagle3RawError, Interrupted
+from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir, describe, write_parquet
 from eagle3_raw.printable import printable
+from eagle3_raw.recipe import load_recipe, parse_set_args
 from eagle3_raw.reference import cli as reference_cli
+from eagle3_raw.run.build import RunOptions, run
+from eagle3_raw.run.progress import configure_logging, quiet_libraries
+from eagle3_raw.version import __version__
 
 if TYPE_CHECKING:
     from eagle3_raw.builder import Built
@@ -49,8 +56,6 @@ Handler = Callable[[argparse.Namespace], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``eagle3-raw``; returns the process exit code."""
-    from eagle3_raw.run.progress import configure_logging, quiet_libraries
-
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found": we need none
     configure_logging()
@@ -69,7 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {printable(exc, newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a file or folder no check above caught: still one line, not a traceback
-        from eagle3_raw.outputs import describe
 
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {printable(describe(exc) + where)}", file=sys.stderr)
@@ -78,8 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    from eagle3_raw.version import __version__
-
     parser = argparse.ArgumentParser(
         prog="eagle3-raw", description="Raw-token EAGLE-3 training sets from SGLang's native /generate."
     )
@@ -140,9 +142,6 @@ def _add_merge(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _build(args: argparse.Namespace) -> int:
-    from eagle3_raw.cluster.environment import shard_option
-    from eagle3_raw.recipe import parse_set_args
-
     overrides = parse_set_args(args.overrides)
     shard, source = shard_option(args.shard, os.environ)
     if source is not None:
@@ -153,9 +152,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _build_shard(args: argparse.Namespace, overrides: dict[str, Any], shard: Shard) -> int:
-    from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run.build import RunOptions, run
-
     options = RunOptions(shard=shard, **run_kwargs(args))
     result = run(load_recipe(args.recipe, overrides), options)
     print(printable(result.summary.render(), newlines=True))
@@ -180,8 +176,6 @@ def _merge_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from eagle3_raw.recipe import parse_set_args
-
     overrides = parse_set_args(args.overrides)
     assemble_only = {
         "journal_dir": args.journal_dir, "generate": False, "partial": args.force, "progress": "none"
@@ -190,8 +184,6 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs: dict[str, Any]) -> int:
-    from eagle3_raw.outputs import check_writable, write_parquet
-
     if args.output_dir is not None:
         check_writable(args.output_dir, "output folder")  # before the build, not after it
     built = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
@@ -209,9 +201,6 @@ def build_dataset(
 ) -> Built:
     """Build (or reuse) the set in the ``datasets`` cache, checked writable first (a cache that
     cannot be written, then or later, is one OutputError naming it; the journal keeps the rows)."""
-    from eagle3_raw.builder import build
-    from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir
-
     cache = cache_dir or default_cache_dir()
     check_writable(cache, "datasets cache")
     with cache_errors(cache):

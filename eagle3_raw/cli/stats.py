@@ -13,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.card import histogram, length_stats
+from eagle3_raw.cli.inspect import add_target_arguments
+from eagle3_raw.hub.sets import scan_set
+from eagle3_raw.opening import open_set
 from eagle3_raw.printable import printable
+from eagle3_raw.recipe import parse_set_args
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,8 +32,6 @@ PLAIN_BINS = 10
 
 def add_stats(sub: SubParsers) -> argparse.ArgumentParser:
     """Register ``stats TARGET [--config NAME] [--set k=v] [--plain]``."""
-    from eagle3_raw.cli.inspect import add_target_arguments
-
     parser: argparse.ArgumentParser = sub.add_parser(
         "stats",
         help="prompt and generated length distributions and finish reasons of a set",
@@ -45,9 +47,6 @@ def run_stats(args: argparse.Namespace) -> int:
     """Handler of ``stats``."""
     from rich.console import Console
 
-    from eagle3_raw.hub.sets import scan_set
-    from eagle3_raw.opening import open_set
-    from eagle3_raw.recipe import parse_set_args
 
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,

@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.cluster.environment import RAY_VARIABLE
+from eagle3_raw.builder import build
+from eagle3_raw.cluster.environment import RAY_VARIABLE, shard_from_environment
 from eagle3_raw.errors import FatalError, Interrupted, RecipeError
+from eagle3_raw.recipe import load_recipe
+from eagle3_raw.run.build import RunOptions, run
 
 if TYPE_CHECKING:
     from eagle3_raw.builder import Built
@@ -63,7 +66,6 @@ def run_on_ray(
     """Run ``spec``'s shards as Ray tasks (connecting to the cluster at ``address`` unless Ray is
     initialized already), wait for all, then merge (see the module docstring)."""
     ray = _import_ray()
-    from eagle3_raw.recipe import load_recipe
 
     load_recipe(spec.recipe, dict(spec.overrides))  # a bad recipe fails here, not on every node
     if not ray.is_initialized():
@@ -124,18 +126,12 @@ def _wait(ray: Any, refs: list[Any]) -> list[dict[str, Any]]:
 
 
 def _merge(spec: RayShards, cache_dir: Path | None) -> Built:
-    from eagle3_raw.builder import build
-
     options = {"journal_dir": spec.journal_dir, "generate": False, "progress": "none"}
     return build(spec.recipe, overrides=dict(spec.overrides), cache_dir=cache_dir, run_options=options)
 
 
 def _shard_task(recipe: str, overrides: dict[str, Any], journal_dir: str) -> dict[str, Any]:
     """One shard, in a Ray worker: the shard from the environment, the build, its summary."""
-    from eagle3_raw.cluster.environment import shard_from_environment
-    from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run.build import RunOptions, run
-
     found = shard_from_environment(os.environ)
     if found is None or found.scheduler != "ray":
         raise FatalError(f"{RAY_VARIABLE} is not set in this Ray task's environment")

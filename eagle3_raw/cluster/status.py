@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import FatalError
+from eagle3_raw.identity import Target
+from eagle3_raw.journal import Journal
+from eagle3_raw.journal.files import try_lock
+from eagle3_raw.journal.log import entry_offsets, log_files, read_entries
+from eagle3_raw.journal.records import FAILURE, ROW, decode_outcome
+from eagle3_raw.journal.roots import sets_of
+from eagle3_raw.journal.sets import pack_keys
+from eagle3_raw.printable import printable
+from eagle3_raw.run.progress import _duration
 from eagle3_raw.run.shards import completed, is_shard
+from eagle3_raw.source.prompts import count_source_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,8 +94,6 @@ class SetWatcher:
     """Scans one set's journal folder again and again, reading only what is new each time."""
 
     def __init__(self, directory: Path, recipe: Recipe) -> None:
-        from eagle3_raw.journal import Journal
-
         self.directory = directory
         self.recipe = recipe
         self.journal: Journal = Journal.read_dir(directory)
@@ -114,8 +122,6 @@ class SetWatcher:
         self.journal.close()
 
     def _outcome_files(self) -> Iterator[tuple[Path, tuple[int, int]]]:
-        from eagle3_raw.journal.log import log_files
-
         for path in log_files(self.directory, "out"):
             match = _OUT_FILE.match(path.name)
             if match and is_shard(int(match[1]), int(match[2])):  # bounded: no state per claimed shard
@@ -125,8 +131,6 @@ class SetWatcher:
         """Take in ``path``'s new entries; returns the generation digests of its new rows."""
         import numpy as np
 
-        from eagle3_raw.journal.log import entry_offsets, read_entries
-        from eagle3_raw.journal.records import FAILURE, ROW
 
         entries = read_entries(path.with_suffix(".idx"))[self._consumed.get(path.name, 0) :]
         self._consumed[path.name] = self._consumed.get(path.name, 0) + len(entries)
@@ -152,8 +156,6 @@ class SetWatcher:
         return total
 
     def _outcome_info(self, path: Path, offset: int, length: int) -> dict[str, Any]:
-        from eagle3_raw.journal.records import decode_outcome
-
         reader = self.journal.sets._reader
         return dict(decode_outcome(reader.read(path, offset, length)).info)
 
@@ -210,7 +212,6 @@ class SetWatcher:
 def _packed(key1: Any) -> npt.NDArray[np.int64]:
     import numpy as np
 
-    from eagle3_raw.journal.sets import pack_keys
 
     keys = key1.view("V16").view([("index", "<i8"), ("turn", "<i4"), ("sample", "<i4")])
     packed: npt.NDArray[np.int64] = pack_keys(
@@ -242,7 +243,6 @@ def _locked(path: Path) -> bool:
     """True when a process holds the lock file ``path`` (one that does not exist is not held)."""
     import os
 
-    from eagle3_raw.journal.files import try_lock
 
     if not path.exists():
         return False
@@ -254,8 +254,6 @@ def _locked(path: Path) -> bool:
 
 
 def _source_rows(recipe: Recipe) -> int | None:
-    from eagle3_raw.source.prompts import count_source_rows
-
     try:
         return count_source_rows(recipe)
     except Exception:  # only the estimate depends on it
@@ -265,8 +263,6 @@ def _source_rows(recipe: Recipe) -> int | None:
 def watchers(recipe: Recipe, root: Path) -> list[SetWatcher]:
     """A watcher for each set of ``recipe`` (name and fingerprint) under the journal root ``root``;
     FatalError naming the root when there is none yet."""
-    from eagle3_raw.journal.roots import sets_of
-
     found = sets_of(root, recipe.name, recipe.fingerprint)
     if not found:
         raise FatalError(
@@ -278,9 +274,6 @@ def watchers(recipe: Recipe, root: Path) -> list[SetWatcher]:
 
 def render(watcher: SetWatcher, shards: list[ShardStatus]) -> str:
     """The table of one set: a line per shard, then the total."""
-    from eagle3_raw.identity import Target
-    from eagle3_raw.printable import printable
-
     target = Target.from_dict(watcher.journal.manifest["target"]).describe()
     lines = [f"set {watcher.directory.name}: {printable(target)}", _HEADER]
     lines += [_line(f"{s.index}/{s.count}", s.state, s, s.eta) for s in shards]
@@ -296,8 +289,6 @@ _HEADER = (
 
 
 def _line(name: str, state: str, s: ShardStatus, eta: float | None) -> str:
-    from eagle3_raw.run.progress import _duration
-
     expected = "?" if s.expected is None else f"{'' if s.exact else '~'}{s.expected:,}"
     rate = "-" if s.rows_per_s is None else f"{s.rows_per_s:,.1f}"
     tokens = "-" if s.tokens_per_s is None else f"{s.tokens_per_s:,.0f}"

@@ -23,17 +23,28 @@ and calling it is calling :func:`export`.
 
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.export.exporting import ExportResult, export
-from eagle3_raw.export.layouts import LAYOUTS, Layout
-from eagle3_raw.export.lengths import Cost, LengthReport
-from eagle3_raw.export.vocab import COMMON_SIZES, DraftMapping, TokenFrequencies, mapping
+from eagle3_raw.lazy import facade
+
+if TYPE_CHECKING:
+    from eagle3_raw.export.exporting import ExportResult, export
+    from eagle3_raw.export.layouts import LAYOUTS, Layout
+    from eagle3_raw.export.lengths import Cost, LengthReport
+    from eagle3_raw.export.vocab import COMMON_SIZES, DraftMapping, TokenFrequencies, mapping
+
+_EXPORTS = {
+    "COMMON_SIZES": "vocab", "DraftMapping": "vocab", "TokenFrequencies": "vocab", "mapping": "vocab",
+    "Cost": "lengths", "LengthReport": "lengths", "LAYOUTS": "layouts", "Layout": "layouts",
+    "ExportResult": "exporting", "export": "exporting",
+}  # fmt: skip
+__getattr__, __dir__ = facade(__name__, _EXPORTS)
 
 
 class _CallablePackage(types.ModuleType):
-    def __call__(self, **options: Any) -> ExportResult:
-        return export(**options)
+    def __call__(self, **options: Any) -> "ExportResult":
+        exporting: Any = __getattr__("export")
+        return exporting(**options)  # type: ignore[no-any-return]
 
 
 sys.modules[__name__].__class__ = _CallablePackage

@@ -22,6 +22,7 @@ from eagle3_raw.export.lengths import LengthReport, LengthTally, Overflow
 from eagle3_raw.export.sources import Source, from_hub, from_recipe
 from eagle3_raw.export.vocab import FrequencyCounter, TokenFrequencies, check_sizes
 from eagle3_raw.export.writers import row_writer, vocab_names, write_vocab_files
+from eagle3_raw.hub.sets import arrow_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,8 +168,6 @@ def _export(source: Source, layout: Layout, output_dir: Path, options: _Options)
 
 
 def _batches(dataset: Any, layout: Layout) -> Any:
-    from eagle3_raw.hub.sets import arrow_batches
-
     needed = ["id", "input_ids", "loss_mask", "prompt_len"]
     missing = [c for c in needed if c not in dataset.column_names]
     if missing:

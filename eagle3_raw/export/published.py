@@ -17,6 +17,7 @@ from eagle3_raw.export.layouts import VocabFormat
 from eagle3_raw.export.sources import recipe_vocab_size
 from eagle3_raw.export.vocab import FrequencyCounter, check_sizes
 from eagle3_raw.export.writers import vocab_files, vocab_summary
+from eagle3_raw.hub.sets import arrow_batches
 
 if TYPE_CHECKING:
     import datasets
@@ -42,8 +43,6 @@ def vocab_folder(name: str) -> str:
 
 def publish_vocab(recipe: Recipe, dataset: datasets.Dataset) -> PublishedVocab:
     """Count the set's generated ids (one pass in Arrow batches) and make the files to upload."""
-    from eagle3_raw.hub.sets import arrow_batches
-
     size, origin = recipe_vocab_size(recipe)
     counter = FrequencyCounter(size)
     for table in arrow_batches(dataset, ["id", "input_ids", "loss_mask"]):

@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.builder import load_set
 from eagle3_raw.errors import ExportError
+from eagle3_raw.hub.client import hub_api, parse_repo_ref
+from eagle3_raw.hub.strangers import load_published_rows, published_json, published_vocab_size, resolve_config
+from eagle3_raw.recipe import load_recipe, tokenizer_path
+from eagle3_raw.run.render import Renderer
 
 if TYPE_CHECKING:
     import datasets
@@ -54,8 +58,6 @@ def from_recipe(
     target_vocab_size: int | None,
 ) -> Source:
     """The recipe's set (built or reused, as :func:`eagle3_raw.load` does)."""
-    from eagle3_raw.recipe import load_recipe
-
     loaded = load_recipe(recipe, overrides)
     options = dict(run_options or {})
     dataset = load_set(loaded, cache_dir=str(cache_dir) if cache_dir else None, **options)
@@ -69,7 +71,6 @@ def recipe_vocab_size(recipe: Recipe) -> tuple[int, str]:
     size = config_vocab_size(config) if config is not None else None
     if size is not None:
         return size, "the target model's config.json"
-    from eagle3_raw.run.render import Renderer
 
     return Renderer(recipe).vocab_size, "len(tokenizer) (the model has no config.json)"
 
@@ -83,8 +84,6 @@ def config_vocab_size(config: Mapping[str, Any]) -> int | None:
 
 
 def _model_config(recipe: Recipe) -> dict[str, Any] | None:
-    from eagle3_raw.recipe import tokenizer_path
-
     local = tokenizer_path(recipe)
     path = local / "config.json" if local is not None else _hub_file(recipe)
     if path is None or not path.is_file():
@@ -108,9 +107,6 @@ def from_hub(
     """A published set at one commit (``ref`` is ``org/name[@revision]``), read as every command
     reads a stranger's set (:mod:`eagle3_raw.hub.strangers`: the card's data files inside the repo,
     the published JSON files and vocabulary size bounded)."""
-    from eagle3_raw.hub.client import hub_api, parse_repo_ref  # eagle3_raw.hub imports this package
-    from eagle3_raw.hub.strangers import load_published_rows, resolve_config
-
     repo_id, revision = parse_repo_ref(ref)
     api = hub_api(token)
     commit, name = resolve_config(api, repo_id, revision, config)
@@ -121,8 +117,6 @@ def from_hub(
 
 
 def _published_vocab(api: Any, repo_id: str, commit: str, name: str) -> tuple[int, str]:
-    from eagle3_raw.hub.strangers import published_json, published_vocab_size
-
     path = f"recipes/{name}/vocab/draft_vocab.json"
     summary = published_json(api, repo_id, commit, path)
     if summary and summary.get("target_vocab_size") is not None:

@@ -30,18 +30,58 @@ secret command-line flags and URL credentials redacted).
 The package, by concern: :mod:`.client` (credentials, the Hub client, Hub errors as HubError),
 :mod:`.sets` (building the set, reading it in Arrow batches), :mod:`.published` (the recipe as
 published, the credential check), :mod:`.manifest`, :mod:`.pushing` (the steps above),
-:mod:`.reproducing` and :mod:`.comparison`. Import from here; the modules are the package's own.
+:mod:`.reproducing` and :mod:`.comparison`. Import from here (each name loads its module on first
+use, :mod:`eagle3_raw.lazy`); the modules are the package's own.
 """
 
-from eagle3_raw.builder import Built, build
-from eagle3_raw.hub.client import NO_CREDENTIALS, check_repo_id, hub_errors, parse_repo_ref, resolve_token
-from eagle3_raw.hub.comparison import Comparison, RowDifference, compare, first_differences, row_hashes
-from eagle3_raw.hub.manifest import build_manifest
-from eagle3_raw.hub.published import PublishedRecipe, check_no_secrets, publish_recipe
-from eagle3_raw.hub.pushing import PushResult, prepare_repo, publish, push
-from eagle3_raw.hub.reproducing import choose_config, fetch_recipe, reproduce
-from eagle3_raw.hub.sets import SetScan, scan_set
-from eagle3_raw.redact import is_secret_name, public_url, scrub, scrub_args, scrub_text
+from typing import TYPE_CHECKING
+
+from eagle3_raw.lazy import facade
+
+if TYPE_CHECKING:
+    from eagle3_raw.builder import Built, build
+    from eagle3_raw.hub.client import NO_CREDENTIALS, check_repo_id, hub_errors, parse_repo_ref, resolve_token
+    from eagle3_raw.hub.comparison import Comparison, RowDifference, compare, first_differences, row_hashes
+    from eagle3_raw.hub.manifest import build_manifest
+    from eagle3_raw.hub.published import PublishedRecipe, check_no_secrets, publish_recipe
+    from eagle3_raw.hub.pushing import PushResult, prepare_repo, publish, push
+    from eagle3_raw.hub.reproducing import choose_config, fetch_recipe, reproduce
+    from eagle3_raw.hub.sets import SetScan, scan_set
+    from eagle3_raw.redact import is_secret_name, public_url, scrub, scrub_args, scrub_text
+
+_EXPORTS = {
+    "Built": "eagle3_raw.builder",
+    "Comparison": "comparison",
+    "NO_CREDENTIALS": "client",
+    "PublishedRecipe": "published",
+    "PushResult": "pushing",
+    "RowDifference": "comparison",
+    "SetScan": "sets",
+    "build": "eagle3_raw.builder",
+    "build_manifest": "manifest",
+    "check_no_secrets": "published",
+    "check_repo_id": "client",
+    "choose_config": "reproducing",
+    "compare": "comparison",
+    "fetch_recipe": "reproducing",
+    "first_differences": "comparison",
+    "hub_errors": "client",
+    "is_secret_name": "eagle3_raw.redact",
+    "parse_repo_ref": "client",
+    "prepare_repo": "pushing",
+    "public_url": "eagle3_raw.redact",
+    "publish": "pushing",
+    "publish_recipe": "published",
+    "push": "pushing",
+    "reproduce": "reproducing",
+    "resolve_token": "client",
+    "row_hashes": "comparison",
+    "scan_set": "sets",
+    "scrub": "eagle3_raw.redact",
+    "scrub_args": "eagle3_raw.redact",
+    "scrub_text": "eagle3_raw.redact",
+}
+__getattr__, __dir__ = facade(__name__, _EXPORTS)
 
 __all__ = [
     "NO_CREDENTIALS", "Built", "Comparison", "PublishedRecipe", "PushResult", "RowDifference", "SetScan",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from eagle3_raw.errors import HubError
+from eagle3_raw.recipe import is_hub_id
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -39,8 +40,6 @@ def hub_api(token: str | None) -> HfApi:
 def check_repo_id(repo_id: str, *, bare_name: bool = False) -> None:
     """HubError unless ``repo_id`` looks like ``org/name`` (or a bare ``name`` with ``bare_name``:
     the Hub puts it in the token's own namespace)."""
-    from eagle3_raw.recipe import is_hub_id
-
     form = "org/name or name" if bare_name else "org/name"
     if "/" not in repo_id and bare_name and is_hub_id(repo_id):
         return

@@ -15,10 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from eagle3_raw.errors import JournalError
 from eagle3_raw.hub.published import PublishedRecipe
 from eagle3_raw.hub.sets import SetScan
+from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import Recipe
 from eagle3_raw.redact import public_command, scrub, scrub_text
+from eagle3_raw.run.render import Renderer
+from eagle3_raw.version import __version__
 
 MANIFEST_FORMAT = 1
 
@@ -61,9 +65,6 @@ def build_manifest(
 
 
 def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    from eagle3_raw.errors import JournalError
-    from eagle3_raw.journal import Journal
-
     try:
         with Journal.read_dir(journal_dir) as journal:
             return dict(journal.manifest), journal.stats()
@@ -93,8 +94,6 @@ def _public_tokenizer(identity: Mapping[str, Any], published: PublishedRecipe) -
 
 
 def _tokenizer_identity(recipe: Recipe) -> dict[str, str]:
-    from eagle3_raw.run.render import Renderer
-
     return Renderer(recipe).identity()
 
 
@@ -133,7 +132,6 @@ def _versions() -> dict[str, str]:
     import datasets
     import huggingface_hub
 
-    from eagle3_raw.version import __version__
 
     return {
         "eagle3_raw": __version__,

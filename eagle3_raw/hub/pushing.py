@@ -19,7 +19,7 @@ import orjson
 
 from eagle3_raw import card as cards
 from eagle3_raw.builder import Built, build
-from eagle3_raw.errors import HubError
+from eagle3_raw.errors import HubError, JournalError
 from eagle3_raw.export.published import publish_vocab
 from eagle3_raw.hub.client import (
     check_ref_name,
@@ -40,8 +40,10 @@ from eagle3_raw.hub.published import (
     upload_secrets,
 )
 from eagle3_raw.hub.sets import SetScan, scan_set
+from eagle3_raw.journal.manifest import update_manifest
 from eagle3_raw.printable import printable
 from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.run.render import Renderer
 
 if TYPE_CHECKING:
     import datasets
@@ -224,9 +226,6 @@ def _to_stderr(text: str) -> None:
 
 def _record_push(journal_dir: Path, where: str) -> None:
     """Note in the set's journal that it was pushed (``eagle3-raw journals prune`` then keeps it)."""
-    from eagle3_raw.errors import JournalError
-    from eagle3_raw.journal.manifest import update_manifest
-
     if not (journal_dir / "manifest.json").exists():
         return  # built from another journal: nothing to note here
     try:
@@ -258,7 +257,6 @@ def _json(data: Any) -> bytes:
 def _example(recipe: Recipe, dataset: datasets.Dataset) -> cards.Example | None:
     if len(dataset) == 0:
         return None
-    from eagle3_raw.run.render import Renderer
 
     return cards.decode_example(Renderer(recipe).tokenizer, dataset[0])
 

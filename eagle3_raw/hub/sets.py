@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eagle3_raw import card as cards
+from eagle3_raw.export.lengths import flat_values
 
 if TYPE_CHECKING:
     import datasets
@@ -52,7 +53,6 @@ def scan_set(dataset: datasets.Dataset) -> SetScan:
     """Lengths and finish reasons of every row, read in Arrow batches (ids are never materialized)."""
     import pyarrow.compute as pc
 
-    from eagle3_raw.export.lengths import flat_values
 
     prompts: list[np.ndarray] = []
     totals: list[np.ndarray] = []

@@ -34,7 +34,14 @@ from typing import Any
 from eagle3_raw.errors import HubError, RecipeError
 from eagle3_raw.limits import WALK_ENTRIES, check_recipe_file, check_yaml_size
 from eagle3_raw.printable import printable
-from eagle3_raw.recipe import REFERENCE_TOKENIZER, Recipe, parse_recipe, parse_set_args, read_yaml
+from eagle3_raw.recipe import (
+    REFERENCE_TOKENIZER,
+    Recipe,
+    apply_overrides,
+    parse_recipe,
+    parse_set_args,
+    read_yaml,
+)
 from eagle3_raw.redact import public_url
 
 PATH_FIELDS = (("prompts", "source"), ("model", "tokenizer"), ("model", "chat_template"))
@@ -152,8 +159,6 @@ def _dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 def _merge(data: dict[str, Any], users: Mapping[str, Any], trust: Trust) -> dict[str, Any]:
     """The published data, the user's settings on top, and the user's server as the only one."""
-    from eagle3_raw.recipe import apply_overrides
-
     server = {k.split(".", 1)[1]: v for k, v in users.items() if k.startswith("server.")}
     if trust.reference_server:
         if server.get("endpoints"):

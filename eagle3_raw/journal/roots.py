@@ -26,17 +26,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
+from eagle3_raw.identity import Target
 from eagle3_raw.journal.files import (
     check_journal_dirs,
     describe,
     guard,
     open_gc_lock,
+    read_bytes,
     replace_durably,
     try_lock,
 )
-from eagle3_raw.journal.log import ENTRY, entry_columns, log_files
+from eagle3_raw.journal.log import ENTRY, encode_entry, entry_columns, log_files
 from eagle3_raw.journal.manifest import read_manifest, update_manifest
 from eagle3_raw.journal.records import ROW
+from eagle3_raw.journal.sets import SetJournal
+from eagle3_raw.journal.store import Journal
+from eagle3_raw.run.shards import whole_count
 
 if TYPE_CHECKING:
     import numpy as np
@@ -171,10 +176,6 @@ def record_cache(directory: Path, cache: str) -> None:
 
 def set_info(folder: Path, cache_dir: Path | None = None) -> SetInfo | None:
     """What the set journal ``folder`` holds, or None when it is not one."""
-    from eagle3_raw.identity import Target
-    from eagle3_raw.journal.store import Journal
-    from eagle3_raw.run.shards import whole_count
-
     try:
         manifest = read_manifest(folder)
     except JournalError:
@@ -325,7 +326,6 @@ def collect_garbage(root: Path, *, _locked: bool = False) -> int:
 def _needed_digests(root: Path) -> npt.NDArray[Any]:
     import numpy as np
 
-    from eagle3_raw.journal.sets import SetJournal
 
     parts = []
     for folder in subfolders(root / "sets"):
@@ -364,9 +364,6 @@ def _collect_log(path: Path, needed: npt.NDArray[Any]) -> int:
 def _compact(path: Path, columns: dict[str, Any], keep: npt.NDArray[np.bool_]) -> int:
     """Rewrite ``path`` with only the kept records (new data file and index, each published by an
     atomic replace: the index last, so a reader never sees an entry past the data)."""
-    from eagle3_raw.journal.files import read_bytes
-    from eagle3_raw.journal.log import encode_entry
-
     data, entries, offset = [], [], 0
     for position in keep.nonzero()[0].tolist():
         start, length = int(columns["offset"][position]), int(columns["length"][position])

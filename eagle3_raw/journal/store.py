@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
+from eagle3_raw.identity import Target
 from eagle3_raw.journal.assembly import Pair, merged_groups, mixture_counts, rollout_stats, to_row, to_table
 from eagle3_raw.journal.files import check_journal_dirs, open_shared_use
 from eagle3_raw.journal.generations import GenerationIndex, GenerationStore, Location, generations_dir
 from eagle3_raw.journal.log import LogWriter
-from eagle3_raw.journal.records import GEN_FIXED, GENERATION, HEAD, ROW, Outcome
-from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions, union_keys
+from eagle3_raw.journal.records import FAILURE, GEN_FIXED, GENERATION, HEAD, ROW, Outcome
+from eagle3_raw.journal.sets import FAILURE_KINDS, Entries, SetJournal, iter_positions, pack_key, union_keys
 from eagle3_raw.journal.spill import spill, spill_dir, spill_root, take_back
 from eagle3_raw.rows import Row, RowKey, arrow_schema
 
@@ -129,8 +130,6 @@ class Journal:
     @classmethod
     def read(cls, root: Path, config_id: str) -> Journal:
         """Open set ``config_id`` under ``root`` to read, without locks or writes."""
-        from eagle3_raw.identity import Target
-
         sets = SetJournal.read(set_dir(root, config_id))  # checks the folders, as a writer does
         target = Target.from_dict(sets.manifest["target"])
         check_journal_dirs(generations_dir(root, target), root)
@@ -254,7 +253,6 @@ class Journal:
         """Packed keys with an outcome that counts: a row whose generation is in the store, or a
         failure (what a shard's completion marker counted)."""
 
-        from eagle3_raw.journal.records import FAILURE
 
         entries = self.sets.entries()
         return union_keys(self.done_keys(), entries.packed[entries.kind == FAILURE])
@@ -266,7 +264,6 @@ class Journal:
         unless --retry-failed; ``ended``: a rollout's turns after its end)."""
         import numpy as np
 
-        from eagle3_raw.journal.sets import pack_key
 
         failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] in kinds]
         return union_keys(np.array(failed, np.int64))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.printable import printable
+from eagle3_raw.run.progress import reason_lines
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -126,8 +127,6 @@ class UnmadeSummary:
 
     def reason_lines(self, kind: str) -> str:
         """The summary's lines under ``kind``: ``N x <reason> (rows a, b, c, ...)``, most common first."""
-        from eagle3_raw.run.progress import reason_lines
-
         return reason_lines(self.counts.get(kind, {}), examples=self.examples.get(kind, {}))
 
     def line(self) -> str:

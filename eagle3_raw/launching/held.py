@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from eagle3_raw.launching.command import launch_digest
+from eagle3_raw.launching.sglang import start_sglang
 
 if TYPE_CHECKING:
     from eagle3_raw.launching.process import LaunchedServer
@@ -33,8 +34,6 @@ _exit_hook = False
 def hold(recipe: Recipe, api_key: str | None) -> LaunchedServer:
     """The running server of ``recipe``'s ``server.sglang``: the one held already if it is alive,
     else a new one."""
-    from eagle3_raw.launching.sglang import start_sglang
-
     global _exit_hook
     launch = recipe.server.sglang
     assert launch is not None

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_raw.errors import ServerUnreachable
-from eagle3_raw.launching.reference import healthy
+from eagle3_raw.journal.files import host_name
+from eagle3_raw.launching.reference import free_port, healthy
 
 log = logging.getLogger("eagle3_raw")
 
@@ -133,8 +134,6 @@ class LaunchedServer:
 
 def start_server(spec: LaunchSpec, *, port: int | None = None) -> LaunchedServer:
     """Start ``spec`` on a free port (or ``port``) and wait until it is healthy (see module doc)."""
-    from eagle3_raw.launching.reference import free_port
-
     for attempt in range(_ATTEMPTS):
         server = LaunchedServer(spec, port or free_port())
         log.info("starting the %s server: %s (log %s)", spec.name, server.shown_command, server.log_path)
@@ -151,7 +150,6 @@ def start_server(spec: LaunchSpec, *, port: int | None = None) -> LaunchedServer
 def _log_path(spec: LaunchSpec, port: int) -> Path:
     if spec.log_dir is not None:
         spec.log_dir.mkdir(parents=True, exist_ok=True)
-        from eagle3_raw.journal.files import host_name
 
         return spec.log_dir / f"{spec.name.lower()}-{host_name()}-{os.getpid()}-{port}.log"
     fd, name = tempfile.mkstemp(prefix=f"eagle3-raw-{spec.name.lower()}-{port}-", suffix=".log")

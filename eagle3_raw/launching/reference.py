@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from eagle3_raw.errors import RecipeError, ServerUnreachable
 from eagle3_raw.limits import REFERENCE_STARTUP_TIMEOUT
-from eagle3_raw.reference.cli import READY
+from eagle3_raw.reference import READY
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe

@@ -22,7 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import FatalError
+from eagle3_raw.identity import Target, set_config_id
+from eagle3_raw.journal import set_dir
+from eagle3_raw.journal.manifest import update_manifest
+from eagle3_raw.journal.roots import sets_of
 from eagle3_raw.launching.command import launch_digest
+from eagle3_raw.launching.held import hold
+from eagle3_raw.launching.sglang import adding_launch
+from eagle3_raw.run.preflight import check_before_launch
+from eagle3_raw.run.runtime import run_sync
+from eagle3_raw.run.shards import whole_count
+from eagle3_raw.run.target import ask_identities, choose_render, target_of, with_rollout_parsers
 
 if TYPE_CHECKING:
     from eagle3_raw.identity import Target
@@ -34,8 +44,6 @@ log = logging.getLogger("eagle3_raw")
 
 def launched_target(recipe: Recipe, root: Path, *, api_key: str | None, generate: bool = True) -> Target:
     """The target of ``recipe`` (``launch: sglang``); see the module docstring."""
-    from eagle3_raw.launching.held import hold
-
     recorded = recorded_launch_target(recipe, root, whole_only=generate)
     if recorded is not None:
         return recorded
@@ -45,7 +53,6 @@ def launched_target(recipe: Recipe, root: Path, *, api_key: str | None, generate
             f"journal {root}: build the shards first (eagle3-raw build --shard i/N), or pass the "
             "--journal-dir (and --set options) they were built with"
         )
-    from eagle3_raw.run.preflight import check_before_launch
 
     check_before_launch(recipe)  # a missing source or a bad template before SGLang starts, not after
     server = hold(recipe, api_key)
@@ -57,11 +64,6 @@ def launched_target(recipe: Recipe, root: Path, *, api_key: str | None, generate
 def _remember(recipe: Recipe, root: Path, target: Target, server: LaunchedServer) -> None:
     """Record this launch in the set it leads to, if that set exists already (built with another
     launch configuration that serves the same target): the next load then starts nothing."""
-    from eagle3_raw.identity import set_config_id
-    from eagle3_raw.journal import set_dir
-    from eagle3_raw.journal.manifest import update_manifest
-    from eagle3_raw.launching.sglang import adding_launch
-
     launch = recipe.server.sglang
     assert launch is not None
     directory = set_dir(root, set_config_id(recipe, target))
@@ -74,9 +76,6 @@ def _remember(recipe: Recipe, root: Path, target: Target, server: LaunchedServer
 
 
 def _ask(recipe: Recipe, url: str, api_key: str | None) -> Target:
-    from eagle3_raw.run.runtime import run_sync
-    from eagle3_raw.run.target import ask_identities, choose_render, target_of, with_rollout_parsers
-
     identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, (url,)))
     if errors:
         raise errors[0]
@@ -87,9 +86,6 @@ def _ask(recipe: Recipe, url: str, api_key: str | None) -> Target:
 def recorded_launch_target(recipe: Recipe, root: Path, *, whole_only: bool) -> Target | None:
     """The target of a set of ``recipe`` (same name and fingerprint) built with its launch
     configuration: a whole one first, then (unless ``whole_only``) the latest updated."""
-    from eagle3_raw.identity import Target
-    from eagle3_raw.journal.roots import sets_of
-
     digest = launch_digest(recipe.server.sglang)  # type: ignore[arg-type]
     ranked: list[tuple[tuple[bool, str], dict[str, Any]]] = []
     for folder, manifest in sets_of(root, recipe.name, recipe.fingerprint):
@@ -104,6 +100,4 @@ def recorded_launch_target(recipe: Recipe, root: Path, *, whole_only: bool) -> T
 
 
 def _whole(folder: Path) -> bool:
-    from eagle3_raw.run.shards import whole_count
-
     return whole_count(folder) is not None

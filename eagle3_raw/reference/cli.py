@@ -16,11 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.reference import READY
+from eagle3_raw.reference.capacity import Timing
+from eagle3_raw.reference.faults import FaultSpec
+from eagle3_raw.reference.server import ServerConfig
+from eagle3_raw.reference.server import serve as run_server
+
 if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
 
-READY = "reference server ready at "
-"""The line the server prints once it answers; a launcher waits for it in the server's log."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,10 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """A validated :class:`ServerConfig`; raises ``ValueError`` naming the bad option."""
-    from eagle3_raw.reference.capacity import Timing
-    from eagle3_raw.reference.faults import FaultSpec
-    from eagle3_raw.reference.server import ServerConfig
-
     timing = None if args.ms_per_token is None else Timing(args.ms_per_token, args.prefill_ms_per_token)
     return ServerConfig(
         host=args.host, port=args.port, api_key=_api_key(args), model_path=args.model_path,
@@ -231,8 +231,6 @@ def serve(args: argparse.Namespace) -> int:
 async def _serve_until_signalled(
     config: ServerConfig, ready: Callable[[str], None], *, exit_with_stdin: bool = False
 ) -> None:
-    from eagle3_raw.reference.server import serve as run_server
-
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()

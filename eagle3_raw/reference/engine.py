@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from eagle3_raw.reference.model_files import reference_model_dir
 from eagle3_raw.reference.toolargs import OfferedTool, call_text, offered_tools
 
 GREEDY_TEMPERATURE = 1e-6
@@ -439,8 +440,6 @@ class ReferenceEngine:
 
     def __init__(self, model_dir: Path | None = None) -> None:
         if model_dir is None:
-            from eagle3_raw.reference.model_files import reference_model_dir
-
             model_dir = reference_model_dir()
         self.model_dir = model_dir
         config = _read_json(model_dir / "config.json")

@@ -13,15 +13,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from eagle3_raw.reference.cli import add_arguments, config_from_args
+from eagle3_raw.reference.server.info import Info
+from eagle3_raw.reference.server.model import Model
+from eagle3_raw.reference.server.state import ServerState
+
 
 def reported_identity(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
     """(``/model_info``, ``/server_info``, ``/v1/models`` ``max_model_len``) of a reference server
     started with ``args``; ``ValueError`` for options the server would refuse."""
-    from eagle3_raw.reference.cli import add_arguments, config_from_args
-    from eagle3_raw.reference.server.info import Info
-    from eagle3_raw.reference.server.model import Model
-    from eagle3_raw.reference.server.state import ServerState
-
     parser = argparse.ArgumentParser(exit_on_error=False, add_help=False)
     add_arguments(parser)
     try:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.credentials import server_api_key
 from eagle3_raw.errors import (
     FatalError,
     Interrupted,
@@ -34,8 +35,15 @@ from eagle3_raw.errors import (
     SourceError,
 )
 from eagle3_raw.identity import Target, code_digest, set_config_id
+from eagle3_raw.journal import Journal, journal_root, set_dir
+from eagle3_raw.journal.manifest import new_manifest
 from eagle3_raw.journal.plans import pass_over
+from eagle3_raw.journal.sets import union_keys
 from eagle3_raw.journal.spill import spill_root
+from eagle3_raw.journal.unmade import summarize_unmade
+from eagle3_raw.launching.held import held, release, serving
+from eagle3_raw.launching.reference import recipe_endpoints
+from eagle3_raw.launching.sglang import record_launch as record
 from eagle3_raw.launching.target import launched_target
 from eagle3_raw.redact import scrub
 from eagle3_raw.run.checks import ServerChecks, sample_conversations
@@ -44,7 +52,9 @@ from eagle3_raw.run.earlystop import DEFAULT_EARLY_STOP
 from eagle3_raw.run.endpoints import Endpoint, EndpointPool
 from eagle3_raw.run.feed import JobFeed, gather_or_fail
 from eagle3_raw.run.plan import KeySet, Planner, Shard, planned_rows
+from eagle3_raw.run.preflight import check_before_launch
 from eagle3_raw.run.progress import ProgressDisplay, ProgressMode, RunStats, Summary
+from eagle3_raw.run.render import Renderer
 from eagle3_raw.run.runtime import open_file_budget, run_sync, signals_cancel
 from eagle3_raw.run.shards import check_whole, mark_complete, missing, whole_count
 from eagle3_raw.run.target import (
@@ -57,6 +67,7 @@ from eagle3_raw.run.target import (
 )
 from eagle3_raw.run.template_limits import interruptible
 from eagle3_raw.sglang import client as sglang
+from eagle3_raw.source.prompts import count_source_rows, is_hub_source, iter_conversations, resolve_hub_commit
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -109,8 +120,6 @@ class RunOptions:
 
     @property
     def root(self) -> Path:
-        from eagle3_raw.journal import journal_root
-
         return self.journal_dir or journal_root()
 
 
@@ -136,8 +145,6 @@ def journal_dir_for(recipe: Recipe, journal_dir: Path | None = None, target: Tar
     """The journal folder of ``recipe``'s set (``<root>/sets/<config id>``); asks the server for
     the target unless given (never starting one: a ``launch: sglang`` set is found by the journal's
     record of its launch)."""
-    from eagle3_raw.journal import set_dir
-
     options = RunOptions(journal_dir=journal_dir, generate=False)
     try:
         return set_dir(options.root, set_config_id(recipe, target or resolve(recipe, options)))
@@ -160,8 +167,6 @@ def run(recipe: Recipe, options: RunOptions | None = None, target: Target | None
 
 
 def _run(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
-    from eagle3_raw.journal import set_dir
-
     directory = set_dir(options.root, set_config_id(recipe, target))
     if not options.generate:
         return assemble(recipe, options, target)
@@ -181,23 +186,15 @@ def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tupl
     started to learn the target if there is one; its key in a private file). Either is stopped when
     the block ends, however it ends; neither outlives this process. What would fail every row (a
     missing prompt source, a bad template) is raised before a server starts."""
-    if recipe.server.launch is not None:
-        from eagle3_raw.run.preflight import check_before_launch
-
-        if recipe.server.launch == "reference" or not _held(recipe):
-            check_before_launch(recipe)
+    if recipe.server.launch == "reference" or (recipe.server.launch is not None and not _held(recipe)):
+        check_before_launch(recipe)
     if recipe.server.launch == "sglang":
-        from eagle3_raw.launching.held import serving
-
         return serving(recipe, api_key(recipe))
-    from eagle3_raw.launching.reference import recipe_endpoints
 
     return recipe_endpoints(recipe, api_key(recipe))
 
 
 def _held(recipe: Recipe) -> bool:
-    from eagle3_raw.launching.held import held
-
     return recipe.server.sglang is not None and held(recipe.server.sglang) is not None
 
 
@@ -205,15 +202,11 @@ def release_launched(recipe: Recipe) -> None:
     """Stop the SGLang server held for ``recipe`` since its target was resolved, if any (a build
     that found its set whole, or read it from the ``datasets`` cache, sends it nothing)."""
     if recipe.server.launch == "sglang":
-        from eagle3_raw.launching.held import release
-
         release(recipe.server.sglang)
 
 
 def api_key(recipe: Recipe) -> str | None:
     """The server's API key, from the environment variable ``server.api_key_env`` names."""
-    from eagle3_raw.credentials import server_api_key
-
     return server_api_key(recipe)
 
 
@@ -221,8 +214,6 @@ class _Build:
     """One build on one event loop: the journal, the checks, the planner thread and the workers."""
 
     def __init__(self, recipe: Recipe, options: RunOptions, target: Target) -> None:
-        from eagle3_raw.journal import set_dir
-
         self.recipe = recipe
         self.options = options
         self.target = target
@@ -243,8 +234,6 @@ class _Build:
         return f"every finished row is in the journal {self.directory}. Run the same command again to resume."
 
     async def main(self, urls: Sequence[str]) -> RunResult:
-        from eagle3_raw.run.render import Renderer
-
         task = asyncio.current_task()
         assert task is not None
         # a template rendering in a worker thread stops at its next step once self.stop is set
@@ -278,8 +267,6 @@ class _Build:
         return RunResult(self.directory, summary, self.config_id, self.target)
 
     def _open_journal(self) -> Journal:
-        from eagle3_raw.journal import Journal
-
         journal = Journal.open(self.options.root, fresh_manifest(self.recipe, self.target), self.target,
                                shard=self.options.shard.name)  # fmt: skip
         record_launch(journal, self.recipe)
@@ -330,8 +317,6 @@ class _Build:
     def _hub_revision(self, journal: Journal) -> str | None:
         """The Hub source's commit this set is built from: resolved and recorded at the first run,
         then checked; a source that moved is refused."""
-        from eagle3_raw.source.prompts import is_hub_source, resolve_hub_commit
-
         if not is_hub_source(self.recipe):
             return None
         recorded = (journal.manifest.get("source") or {}).get("commit")
@@ -357,7 +342,6 @@ class _Build:
     def _planner(self, journal: Journal, renderer: Renderer) -> Planner:
         import numpy as np
 
-        from eagle3_raw.journal.sets import union_keys
 
         index = journal.generation_index()
         done = journal.done_keys(index)
@@ -447,8 +431,6 @@ class _Build:
         self, planner: Planner, feed: JobFeed, loop: asyncio.AbstractEventLoop, hub_revision: str | None
     ) -> None:
         """Producer thread: plan rows in canonical order and hand them to the loop in chunks."""
-        from eagle3_raw.source.prompts import iter_conversations
-
         chunk: list[Any] = []
         counting = False
         conversations = iter_conversations(self.recipe, hub_revision=hub_revision, passed=planner.passed)
@@ -468,8 +450,6 @@ class _Build:
 
     def _count_source(self) -> None:
         """Background: how many source rows the planner goes through, for the progress estimate."""
-        from eagle3_raw.source.prompts import count_source_rows
-
         try:
             self.stats.source_rows = count_source_rows(self.recipe)
         except Exception as exc:  # only the estimate depends on it; the planner reports real errors
@@ -562,8 +542,6 @@ def record_launch(journal: Journal, recipe: Recipe) -> None:
     launch = recipe.server.sglang
     if recipe.server.launch != "sglang" or launch is None:
         return
-    from eagle3_raw.launching.held import held
-    from eagle3_raw.launching.sglang import record_launch as record
 
     server = held(launch)
     if server is not None:
@@ -572,8 +550,6 @@ def record_launch(journal: Journal, recipe: Recipe) -> None:
 
 def fresh_manifest(recipe: Recipe, target: Target) -> dict[str, Any]:
     """The manifest of ``recipe``'s set before it has rows."""
-    from eagle3_raw.journal.manifest import new_manifest
-
     return new_manifest(
         config_id=set_config_id(recipe, target), name=recipe.name, fingerprint=recipe.fingerprint,
         code=code_digest(), recipe=scrub(recipe.to_dict()), target=target.to_dict(),
@@ -606,8 +582,6 @@ def _moved_source(recipe: Recipe, recorded: str, now: str) -> str:
 
 def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
     """The summary of what ``journal`` holds (every run so far) and of this run's ``stats``."""
-    from eagle3_raw.journal.unmade import summarize_unmade
-
     totals = journal.stats()
     reasons = dict(totals["finish_reasons"])
     prompt_tokens, generated_tokens = totals["prompt_tokens"], totals["generated_tokens"]
@@ -645,8 +619,6 @@ def summarize(journal: Journal, recipe: Recipe, stats: RunStats) -> Summary:
 def assemble(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
     """Send nothing: the result of what the set's journal holds (a whole set, or with
     ``options.partial`` whatever the shards finished)."""
-    from eagle3_raw.journal import Journal, set_dir
-
     config_id = set_config_id(recipe, target)
     directory = set_dir(options.root, config_id)
     partial = None
@@ -668,8 +640,6 @@ def resolve_target(
     """The target of ``recipe`` (see the module docstring). ServerUnreachable when no endpoint
     answers and the journal has no set of this recipe; other server errors (a refused key, a
     server that is not SGLang) as they come. ``generate=False`` (a merge) never starts a server."""
-    from eagle3_raw.run.runtime import run_sync
-
     if recipe.server.launch == "reference":
         identity = reference_identity(recipe.server.launch_args)
         cannot = (

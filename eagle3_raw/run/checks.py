@@ -15,12 +15,21 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.errors import RetryableError, RowError, ServerMismatch, ServerUnreachable
+from eagle3_raw.errors import (
+    PromptFormatError,
+    RequestRejected,
+    RetryableError,
+    RowError,
+    ServerMismatch,
+    ServerUnreachable,
+)
 from eagle3_raw.recipe import MANAGED_SAMPLING_KEYS
 from eagle3_raw.run.render import generation_points
 from eagle3_raw.run.retry import backoff
-from eagle3_raw.run.target import target_of
+from eagle3_raw.run.target import cannot_render, target_of
 from eagle3_raw.sglang import client as sglang
+from eagle3_raw.source.prompts import Conversation as Conv
+from eagle3_raw.source.prompts import iter_conversations
 
 if TYPE_CHECKING:
     import aiohttp
@@ -148,8 +157,6 @@ class ServerChecks:
         prompt of ``conversations`` renders here exactly as the server's chat path renders it.
 
         Nothing to compare (a warning) when the server cannot render chat requests."""
-        from eagle3_raw.run.target import cannot_render
-
         identity = await sglang.server_identity(self.session, url, self.recipe.server.connect_timeout)
         why = await cannot_render(self.session, identity, self.recipe.server.connect_timeout)
         if why:
@@ -160,8 +167,6 @@ class ServerChecks:
                 await self._compare_render(url, conv, turn)
 
     async def _compare_render(self, url: str, conv: Conversation, turn: int) -> None:
-        from eagle3_raw.errors import PromptFormatError, RequestRejected
-
         try:
             # off the event loop: a slow template must not keep Ctrl-C and SIGTERM from being handled
             ours: list[int] | str = await asyncio.to_thread(self.renderer.prompt_ids, conv, turn)
@@ -241,8 +246,6 @@ def sample_conversations(recipe: Recipe, *, scan: int = 200, most: int = 12) -> 
     those with several assistant turns, those with reasoning, then the first others."""
     import itertools
 
-    from eagle3_raw.source.prompts import Conversation as Conv
-    from eagle3_raw.source.prompts import iter_conversations
 
     rows = [c for c in itertools.islice(iter_conversations(recipe), scan) if isinstance(c, Conv)]
 

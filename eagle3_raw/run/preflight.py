@@ -27,8 +27,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from eagle3_raw.credentials import server_api_key
-from eagle3_raw.errors import Eagle3RawError, RecipeError, RequestRejected, SourceError
+from eagle3_raw.errors import Eagle3RawError, PromptFormatError, RecipeError, RequestRejected, SourceError
+from eagle3_raw.journal import journal_root
+from eagle3_raw.journal.roots import check_root
+from eagle3_raw.launching.reference import recipe_endpoints
+from eagle3_raw.outputs import check_writable, default_cache_dir, describe
 from eagle3_raw.printable import printable
+from eagle3_raw.recipe import load_recipe
+from eagle3_raw.redact import public_url
+from eagle3_raw.run.checks import ServerChecks, check_preferred_sampling
+from eagle3_raw.run.plan import fit_max_new_tokens
+from eagle3_raw.run.render import Renderer, generation_points
+from eagle3_raw.run.runtime import run_sync
+from eagle3_raw.run.target import (
+    cannot_render,
+    choose_render,
+    reference_identity,
+    target_of,
+    with_rollout_parsers,
+)
+from eagle3_raw.sglang import client as sglang
+from eagle3_raw.sglang.chatrequest import ChatRequestError, reasoning_effort_value
+from eagle3_raw.source.prompts import Conversation, iter_conversations
 
 if TYPE_CHECKING:
     import aiohttp
@@ -72,8 +92,6 @@ def validate(
 ) -> Iterator[Check]:  # fmt: skip
     """The checks of the module docstring, in order, each as it is made. A recipe that does not
     load is one ``FAIL`` and nothing else (no other check has a recipe to check)."""
-    from eagle3_raw.recipe import load_recipe
-
     try:
         recipe = load_recipe(source, overrides)
     except Eagle3RawError as exc:
@@ -120,9 +138,6 @@ class Validation:
 
     def prompts(self) -> str:
         """The source opens and at least one of its first rows parses (SourceError otherwise)."""
-        from eagle3_raw.errors import PromptFormatError
-        from eagle3_raw.source.prompts import Conversation, iter_conversations
-
         source = self.recipe.prompts.source
         rows = list(itertools.islice(iter_conversations(self.recipe), FIRST_ROWS))
         self.conversations = [r for r in rows if isinstance(r, Conversation)]
@@ -138,8 +153,6 @@ class Validation:
 
     def efforts(self) -> str:
         """Every ``reasoning_effort`` of the recipe is one SGLang's chat path allows (RecipeError)."""
-        from eagle3_raw.sglang.chatrequest import ChatRequestError, reasoning_effort_value
-
         given = [("model.reasoning_effort", self.recipe.model.reasoning_effort)] + [
             (f"sampling.mixture[{i}].reasoning_effort", c.reasoning_effort)
             for i, c in enumerate(self.recipe.sampling.mixture)
@@ -154,8 +167,6 @@ class Validation:
 
     def template(self) -> str:
         """The tokenizer and chat template load and take the template keywords (RecipeError)."""
-        from eagle3_raw.run.render import Renderer
-
         self.renderer = Renderer(self.recipe)
         kwargs = dict(self.recipe.model.chat_template_kwargs)
         taken = f"; chat_template_kwargs {kwargs}" if kwargs else ""
@@ -178,17 +189,12 @@ class Validation:
             return f"rollout.tool_call_parser {named}"
         if self.recipe.server.launch != "reference":
             raise _NotChecked("the server's /server_info names the tool-call parser (a server check)")
-        from eagle3_raw.run.target import reference_identity
 
         reported = reference_identity(self.recipe.server.launch_args).server_info.get("tool_call_parser")
         return _parser_found(reported, "the reference server")
 
     def journal(self) -> str:
         """The journal root is this user's and can be written (JournalError, OutputError)."""
-        from eagle3_raw.journal import journal_root
-        from eagle3_raw.journal.roots import check_root
-        from eagle3_raw.outputs import check_writable
-
         root = self.journal_dir or journal_root()
         check_root(root)
         check_writable(root, "journal folder")
@@ -196,8 +202,6 @@ class Validation:
 
     def cache(self) -> str:
         """The ``datasets`` cache can be written (OutputError)."""
-        from eagle3_raw.outputs import check_writable, default_cache_dir
-
         cache = self.cache_dir or default_cache_dir()
         check_writable(cache, "datasets cache")
         return f"{cache} is writable"
@@ -209,8 +213,6 @@ class Validation:
             yield Check("server", "skip", "server.launch is sglang: validate starts no SGLang server "
                         "(point server.endpoints at a running one to check it)")  # fmt: skip
             return
-        from eagle3_raw.launching.reference import recipe_endpoints
-        from eagle3_raw.run.runtime import run_sync
 
         try:
             with recipe_endpoints(self.recipe, _key(self.recipe)) as urls:
@@ -220,8 +222,6 @@ class Validation:
         yield from checks
 
     async def _server_checks(self, urls: Sequence[str]) -> list[Check]:
-        from eagle3_raw.sglang import client as sglang
-
         server = self.recipe.server
         async with sglang.new_session(connect_timeout=server.connect_timeout, api_key=_key(self.recipe)) as s:
             checks, identities = await _identities(s, urls, server.connect_timeout)
@@ -242,9 +242,6 @@ class Validation:
         return checks
 
     async def _target(self, session: aiohttp.ClientSession, identities: list[ServerIdentity]) -> Target:
-        from eagle3_raw.run.checks import check_preferred_sampling
-        from eagle3_raw.run.target import cannot_render, choose_render, target_of, with_rollout_parsers
-
         target = target_of(identities)  # one model on every endpoint, else ServerMismatch
         cannot = await cannot_render(session, identities[0], self.recipe.server.connect_timeout)
         target = with_rollout_parsers(self.recipe, choose_render(self.recipe, target, cannot),
@@ -256,8 +253,6 @@ class Validation:
     async def _tokenizers(
         self, session: aiohttp.ClientSession, target: Target, identities: list[ServerIdentity]
     ) -> str:
-        from eagle3_raw.run.checks import ServerChecks
-
         if self.renderer is None:
             raise _NotChecked("the recipe's tokenizer did not load")
         checks = ServerChecks(self.recipe, self.renderer, session, target)
@@ -266,8 +261,6 @@ class Validation:
 
     async def _render(self, session: aiohttp.ClientSession, target: Target, url: str, ids: list[int]) -> str:
         """The first prompt through the chat path that renders the set's prompts; its ids into ``ids``."""
-        from eagle3_raw.sglang import client as sglang
-
         conv, turn = self._first_point()
         assert self.renderer is not None
         if target.render == "local":
@@ -287,9 +280,6 @@ class Validation:
     ) -> str:
         """One ``/generate`` of ``ids`` with the recipe's sampling params (``component``'s over
         them) and ``max_new_tokens`` 1; RecipeError naming the key the server refuses."""
-        from eagle3_raw.run.plan import fit_max_new_tokens
-        from eagle3_raw.sglang import client as sglang
-
         if not ids:
             raise _NotChecked("no prompt rendered to send")
         assert self.renderer is not None
@@ -324,8 +314,6 @@ class Validation:
         return any(m.get("tool_calls") for c in self.conversations for m in c.messages)
 
     def _first_point(self) -> tuple[Conversation, int]:
-        from eagle3_raw.run.render import generation_points
-
         if self.renderer is None or not self.conversations:
             raise _NotChecked("needs the prompt source and the template checks to pass")
         for conv in self.conversations:
@@ -343,8 +331,6 @@ def _made(name: str, check: Callable[[], str]) -> Check:
     except Eagle3RawError as exc:
         return Check(name, "FAIL", str(exc))
     except OSError as exc:
-        from eagle3_raw.outputs import describe
-
         return Check(name, "FAIL", describe(exc) + (f" ({exc.filename})" if exc.filename else ""))
 
 
@@ -361,9 +347,6 @@ async def _identities(
     session: aiohttp.ClientSession, urls: Sequence[str], timeout: float
 ) -> tuple[list[Check], list[ServerIdentity]]:
     """One check per endpoint (it answers as an SGLang server), and the identities of those that do."""
-    from eagle3_raw.redact import public_url
-    from eagle3_raw.sglang import client as sglang
-
     results = await asyncio.gather(*(sglang.server_identity(session, u, timeout) for u in urls),
                                    return_exceptions=True)  # fmt: skip
     checks, identities = [], []

@@ -34,8 +34,15 @@ import orjson
 
 from eagle3_raw.errors import PromptFormatError, RecipeError
 from eagle3_raw.hub_reach import hub_local_files_only
+from eagle3_raw.limits import TEMPLATE_BYTES, check_regular_file
 from eagle3_raw.recipe import Recipe, did_you_mean, is_hub_id, tokenizer_path
 from eagle3_raw.run.template_limits import compile_bounded, guard_templates
+from eagle3_raw.sglang.chatpath import (
+    ChatRequestError,
+    read_template_file,
+    render_prompt_ids,
+    resolve_template,
+)
 from eagle3_raw.source.prompts import Conversation
 
 if TYPE_CHECKING:
@@ -79,7 +86,6 @@ class Renderer:
         # compiled only within the bounds (template_limits), also for this check: a stranger's
         # template never reaches transformers' own compilation, which folds constants unchecked
         read = template_variables(self._tokenizer.chat_template, where)
-        from eagle3_raw.sglang.chatpath import resolve_template
 
         guard_templates(self._tokenizer.chat_template)  # every rendering within bounds
         self._template = resolve_template(self._tokenizer)
@@ -166,8 +172,6 @@ class Renderer:
     ) -> list[int]:  # fmt: skip
         """The prompt ids of generation point ``turn`` (see :meth:`chat_request`), as the server's
         chat path would make them."""
-        from eagle3_raw.sglang.chatpath import ChatRequestError, render_prompt_ids
-
         body = self.chat_request(conv, turn, choice=choice, history=history)
         options = {
             "chat_template_kwargs": body.get("chat_template_kwargs"),
@@ -269,9 +273,6 @@ def _load_problem(recipe: Recipe, local: Path | None, exc: Exception) -> str:
 def read_template(recipe: Recipe) -> str:
     """The ``model.chat_template`` override file, read as SGLang reads ``--chat-template``: leading
     and trailing newlines stripped, every two-character ``\\n`` made a newline."""
-    from eagle3_raw.limits import TEMPLATE_BYTES, check_regular_file
-    from eagle3_raw.sglang.chatpath import read_template_file
-
     assert recipe.model.chat_template is not None
     path = recipe.resolve_path(recipe.model.chat_template)
     if path.exists():  # not /dev/zero, not 10 GB (a missing file is reported below)

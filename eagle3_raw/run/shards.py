@@ -18,6 +18,7 @@ import orjson
 
 from eagle3_raw.errors import FatalError, JournalError
 from eagle3_raw.journal.files import read_bytes, replace_durably
+from eagle3_raw.journal.sets import SetJournal
 from eagle3_raw.limits import MAX_SHARDS
 from eagle3_raw.run.plan import Shard
 
@@ -102,7 +103,6 @@ def check_whole(set_dir: Path, keys: npt.NDArray[np.int64] | None = None) -> int
 def _check_counts(set_dir: Path, count: int, keys: npt.NDArray[np.int64] | None) -> None:
     import numpy as np
 
-    from eagle3_raw.journal.sets import SetJournal
 
     if keys is None:
         keys = np.unique(SetJournal.read(set_dir).entries().packed)

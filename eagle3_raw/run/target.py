@@ -28,9 +28,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.errors import RecipeError, ServerMismatch, ServerUnreachable
+from eagle3_raw.errors import (
+    ConnectError,
+    Eagle3RawError,
+    RecipeError,
+    RequestTimeout,
+    ServerMismatch,
+    ServerUnreachable,
+)
 from eagle3_raw.identity import Target
+from eagle3_raw.journal.manifest import read_manifest
 from eagle3_raw.journal.roots import check_root
+from eagle3_raw.redact import public_url
+from eagle3_raw.reference.identity import reported_identity
+from eagle3_raw.run.render import check_date, prints_date, template_source
+from eagle3_raw.run.retry import backoff
+from eagle3_raw.run.shards import whole_count
+from eagle3_raw.sglang import client as sglang
+from eagle3_raw.sglang.client import RENDERER_KEYS, identity_from
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
@@ -42,8 +57,6 @@ log = logging.getLogger("eagle3_raw")
 def target_of(identities: Sequence[ServerIdentity], origin: str = "server") -> Target:
     """The target of servers that answered (the first's model and rendering facts; the tightest
     limits), prompts rendered by the server until :func:`choose_render` says otherwise."""
-    from eagle3_raw.sglang.client import RENDERER_KEYS
-
     check_same_model(identities)
     first = identities[0]
     budgets = [i.token_budget for i in identities if i.token_budget is not None]
@@ -72,9 +85,6 @@ def reference_target(launch_args: Sequence[str]) -> Target:
 
 def reference_identity(launch_args: Sequence[str]) -> ServerIdentity:
     """What a reference server launched with ``launch_args`` will report (computed, not started)."""
-    from eagle3_raw.reference.identity import reported_identity
-    from eagle3_raw.sglang.client import identity_from
-
     try:
         model_info, server_info, max_model_len = reported_identity(launch_args)
     except ValueError as exc:
@@ -104,8 +114,6 @@ async def ask_identities(
     """The identities of the servers at ``urls`` that answer, the ServerUnreachable errors of those
     that do not (any other error is raised), and why the first cannot render chat requests ("" when
     it can)."""
-    from eagle3_raw.sglang import client as sglang
-
     timeout = recipe.server.connect_timeout
     async with sglang.new_session(connect_timeout=timeout, api_key=api_key) as session:
         results = await asyncio.gather(
@@ -131,11 +139,6 @@ async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) 
     render can be slow. ServerUnreachable after :data:`PROBE_ATTEMPTS`: no answer says nothing
     about what the server can render, so it never turns into local rendering. An answer that is an
     error (any status) says the server cannot render."""
-    from eagle3_raw.errors import ConnectError, Eagle3RawError, RequestTimeout, ServerUnreachable
-    from eagle3_raw.redact import public_url
-    from eagle3_raw.run.retry import backoff
-    from eagle3_raw.sglang import client as sglang
-
     if identity.server_info.get("skip_tokenizer_init") is True:
         return "it runs with --skip-tokenizer-init"
     last: RequestTimeout | ConnectError | None = None
@@ -158,8 +161,6 @@ async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) 
 def choose_render(recipe: Recipe, target: Target, cannot: str) -> Target:
     """``target`` with who renders its prompts decided (see the module docstring); ``cannot``: why
     the server cannot render ("" when it can)."""
-    from eagle3_raw.run.render import check_date, prints_date, template_source
-
     mode, template = recipe.model.render, template_source(recipe)
     if template is not None and prints_date(template):
         check_date(template, recipe.model.render_date)  # refuses an unpinned date
@@ -184,9 +185,6 @@ def choose_render(recipe: Recipe, target: Target, cannot: str) -> Target:
 def recorded_target(recipe: Recipe, journal_root: Path) -> Target | None:
     """The target of this recipe's set in the journal (the same fingerprint if any, complete first,
     else the latest set of the same name), or None."""
-    from eagle3_raw.journal.manifest import read_manifest
-    from eagle3_raw.run.shards import whole_count
-
     check_root(journal_root)  # another user's root is no record of ours
     candidates: list[tuple[tuple[bool, bool, str], dict[str, Any]]] = []
     for folder in sorted((journal_root / "sets").glob(f"{recipe.name}-*")):

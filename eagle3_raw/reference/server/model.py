@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eagle3_raw.reference import engine, toolargs
 from eagle3_raw.reference.engine import ReferenceEngine
 from eagle3_raw.reference.foreign import ForeignEngine, is_foreign
+from eagle3_raw.reference.model_files import load_raw_tokenizer, load_tokenizer, reference_model_dir
+from eagle3_raw.sglang.chatpath import read_template_file, resolve_template
 
 
 class Model:
@@ -67,16 +70,12 @@ class Model:
     def chat_tokenizer(self) -> Any:
         """The ``transformers`` tokenizer that renders chats (loaded on first use, offline)."""
         if self._chat_tokenizer is None:
-            from eagle3_raw.reference.model_files import load_tokenizer
-
             self._chat_tokenizer = load_tokenizer(self.path, trust_remote_code=self.trust_remote_code)
         return self._chat_tokenizer
 
     @property
     def chat_template(self) -> str | None:
         """The template chats render with: ``--chat-template``'s, else the tokenizer's."""
-        from eagle3_raw.sglang.chatpath import resolve_template
-
         return resolve_template(self.chat_tokenizer, self.chat_template_override)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -104,9 +103,6 @@ class Model:
 def packaged_model_name() -> str:
     """``eagle3-raw-reference@<12 hex>``: the packaged model's name, with a digest of its files and of
     the engine's code, so a reference whose outputs could differ reports another model."""
-    from eagle3_raw.reference import engine, toolargs
-    from eagle3_raw.reference.model_files import reference_model_dir
-
     digest = hashlib.sha256(Path(engine.__file__).read_bytes() + Path(toolargs.__file__).read_bytes())
     for path in sorted(reference_model_dir().iterdir()):
         if path.is_file():
@@ -126,7 +122,6 @@ def _read_template(path: Path | None) -> str | None:
     """SGLang's ``--chat-template`` loading for a ``.jinja`` file (``template_manager.py:221``)."""
     if path is None:
         return None
-    from eagle3_raw.sglang.chatpath import read_template_file
 
     if not path.exists():
         raise ValueError(
@@ -138,8 +133,6 @@ def _read_template(path: Path | None) -> str | None:
 
 
 def _load_tokenizer(path: Path) -> Any:
-    from eagle3_raw.reference.model_files import load_raw_tokenizer
-
     return load_raw_tokenizer(path)
 
 
