@@ -139,6 +139,25 @@ class ServerMismatch(FatalError):
     """The server does not match the recipe or the journal (tokenizer, model, version)."""
 
 
+class AuthError(FatalError):
+    """The server refused our credentials (HTTP 401/403)."""
+
+
+class EndpointNotFound(ServerMismatch):
+    """The server answered, but has no such route (HTTP 404, or 405 for this method): not the
+    server the run needs, though a reachable one."""
+
+    def __init__(self, message: str, *, url: str, status: int) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class Redirected(ServerMismatch):
+    """The server answered with a redirect (3xx). eagle3_raw never follows one: the requests,
+    and the API key with them, would go to a server that was never checked."""
+
+
 class JournalError(FatalError):
     """The journal cannot be written or read. What it already holds stays readable."""
 
@@ -146,6 +165,11 @@ class JournalError(FatalError):
 class JournalFull(JournalError):
     """The journal's disk has had no space for longer than the run waits (``--disk-wait``); what the
     run held in memory is kept in the spill folder the message names."""
+
+
+class LocalFileError(FatalError):
+    """A file or folder of this machine cannot be read or written (an ``OSError`` no earlier check
+    turned into a more precise error); the message names it and says why."""
 
 
 class HubError(FatalError):

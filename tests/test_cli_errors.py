@@ -336,3 +336,63 @@ def test_no_rows_without_failures_does_not_point_at_reasons_that_do_not_exist(
         code == 1 and "produced no rows: 3 generated (all ended on length and on_truncation is drop)" in line
     )
     assert line.endswith(", 0 skipped, 0 failed") and "journals rows" not in line
+
+
+# --- the exception tree -------------------------------------------------------------------------
+
+
+def _unanticipated_os_error(args: Any) -> int:
+    raise PermissionError(13, "Permission denied", "/somewhere/it/cannot/write")
+
+
+@pytest.mark.parametrize(
+    "case", ["missing recipe", "bad --set", "bad source", "no credentials", "unknown set", "os error"]
+)
+def test_every_error_the_cli_reports_is_one_of_the_exception_tree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    import eagle3_raw.cli.main as cli_main
+
+    reported: list[BaseException] = []
+    real_report = cli_main.report
+
+    def report(exc: BaseException) -> int:
+        reported.append(exc)
+        return real_report(exc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli_main, "report", report)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    recipe = write_recipe(tmp_path, endpoints=["http://127.0.0.1:9"])
+    argv = {
+        "missing recipe": ["build", str(tmp_path / "nope.yaml")],
+        "bad --set": ["build", str(recipe), "--set", "sampling.temperature=-1"],
+        "bad source": ["validate", str(recipe), "--local"],
+        "no credentials": ["push", str(recipe), "--repo", "someone/set"],
+        "unknown set": ["journals", "rows", "t-0000000000000000", "--journal-dir", str(tmp_path / "j")],
+        "os error": ["build", str(recipe)],
+    }[case]
+    if case == "os error":
+        monkeypatch.setattr(cli_main, "_build", _unanticipated_os_error)
+    code, out, err = run_main(capsys, *argv)
+    if case == "bad source":  # validate says FAIL on a line of its own per check, never an error
+        assert code == 1 and any(line.startswith("FAIL") for line in out.splitlines()) and reported == []
+        return
+    assert code == 1
+    assert len(reported) == 1 and isinstance(reported[0], eagle3_raw.Eagle3RawError), reported
+    assert error_line(err) == f"error: {reported[0]}".splitlines()[0]
+    if case == "os error":
+        assert isinstance(reported[0], eagle3_raw.LocalFileError)
+        assert "/somewhere/it/cannot/write" in err
+
+
+def test_the_exception_tree_is_exported_and_sorts_what_a_run_does() -> None:
+    import eagle3_raw.errors as errors
+
+    tree = {name for name, value in vars(errors).items() if isinstance(value, type) and value.__module__ ==
+            errors.__name__ and issubclass(value, BaseException)}  # fmt: skip
+    assert tree <= set(eagle3_raw.__all__)
+    for name in tree - {"Eagle3RawError", "Interrupted"}:
+        cls = getattr(errors, name)
+        kinds = [k for k in (errors.RetryableError, errors.RowError, errors.FatalError) if issubclass(cls, k)]
+        assert len(kinds) == 1 or cls in (errors.RetryableError, errors.RowError, errors.FatalError), name

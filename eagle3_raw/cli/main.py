@@ -36,7 +36,7 @@ from eagle3_raw.cli.common import (
 )
 from eagle3_raw.cli.validate import add_validate
 from eagle3_raw.cluster.environment import shard_option
-from eagle3_raw.errors import Eagle3RawError, Interrupted
+from eagle3_raw.errors import Eagle3RawError, Interrupted, LocalFileError
 from eagle3_raw.outputs import cache_errors, check_writable, default_cache_dir, describe, write_parquet
 from eagle3_raw.printable import printable
 from eagle3_raw.recipe import load_recipe, parse_set_args
@@ -70,14 +70,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Eagle3RawError as exc:  # messages may quote a server, a Hub repo or a recipe: escaped
-        print(f"error: {printable(exc, newlines=True)}", file=sys.stderr)
-        return EXIT_ERROR
+    except Eagle3RawError as exc:
+        return report(exc)
     except OSError as exc:  # a file or folder no check above caught: still one line, not a traceback
-
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {printable(describe(exc) + where)}", file=sys.stderr)
-        return EXIT_ERROR
+        return report(LocalFileError(describe(exc) + where))
+
+
+def report(exc: Eagle3RawError) -> int:
+    """The one place the command line reports an error: one line, escaped (messages may quote a
+    server, a Hub repo or a recipe), and the exit code. Only the exception tree reaches it."""
+    print(f"error: {printable(exc, newlines=True)}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def build_parser() -> argparse.ArgumentParser:

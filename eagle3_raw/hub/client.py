@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from eagle3_raw.errors import HubError
@@ -141,12 +142,12 @@ def _http_message(exc: Exception, repo_id: str, action: str) -> str:
             f"cannot {action} {repo_id}: no such dataset repo, or it is private and the credentials "
             "cannot read it"
         )
-    if code == 401:
+    if code == HTTPStatus.UNAUTHORIZED:
         return (
             f"cannot {action} {repo_id}: the Hub refused the credentials (HTTP 401); the token is "
             "invalid or expired: set HF_TOKEN or run `hf auth login`"
         )
-    if code == 403:
+    if code == HTTPStatus.FORBIDDEN:
         return (
             f"cannot {action} {repo_id}: the token has no write access to it (HTTP 403); use a token "
             f"with write permission on the {repo_id.split('/')[0]!r} namespace"

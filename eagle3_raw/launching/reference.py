@@ -32,6 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -217,7 +218,7 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
     """Whether ``url``'s ``/health`` answers 200 within ``timeout`` seconds (a start-up poll)."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
-            return bool(response.status == 200)
+            return bool(response.status == HTTPStatus.OK)
     except (urllib.error.URLError, OSError):
         return False
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import aiohttp
@@ -24,15 +25,18 @@ import orjson
 
 from eagle3_raw import limits
 from eagle3_raw.errors import (
+    AuthError,
     ConnectError,
+    EndpointNotFound,
     InvalidResponse,
+    Redirected,
     RequestTimeout,
     ServerMismatch,
     ServerUnreachable,
 )
 from eagle3_raw.redact import public_url, scrub
 from eagle3_raw.sglang.responses import Generation, check_response
-from eagle3_raw.sglang.status import AuthError, EndpointNotFound, Redirected, error_message, http_error
+from eagle3_raw.sglang.status import error_message, http_error
 
 __all__ = [
     "SERVER_INFO_KEYS", "AuthError", "EndpointNotFound", "Generation", "Redirected", "ServerIdentity",
@@ -171,7 +175,7 @@ async def _post(
 async def _read_ok(response: aiohttp.ClientResponse, cap: int, shown: str) -> bytes:
     """The body of a 200 answer, read within ``cap`` bytes; any other status raised as its error
     (its body read only up to :data:`~eagle3_raw.limits.ERROR_BODY_BYTES`)."""
-    if response.status != 200:
+    if response.status != HTTPStatus.OK:
         payload = await _read_prefix(response, limits.ERROR_BODY_BYTES)
         raise http_error(response.status, payload, shown, location=response.headers.get("Location"))
     if response.content_length is not None:  # aiohttp reads exactly that many bytes, no more
@@ -249,7 +253,7 @@ async def health(session: aiohttp.ClientSession, url: str, timeout: float) -> bo
         async with asyncio.timeout(timeout):
             async with session.get(f"{url}/health", allow_redirects=False) as response:
                 await _read_prefix(response, limits.ERROR_BODY_BYTES)
-                return response.status == 200
+                return response.status == HTTPStatus.OK
     except (TimeoutError, aiohttp.ClientError):
         return False
 

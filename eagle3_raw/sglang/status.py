@@ -14,64 +14,55 @@ taken from them is escaped (:func:`~eagle3_raw.printable.printable`): it is a st
 
 from __future__ import annotations
 
-from eagle3_raw.errors import FatalError, InvalidResponse, RequestRejected, ServerBusy, ServerMismatch
+from http import HTTPStatus
+
+from eagle3_raw.errors import (
+    AuthError,
+    EndpointNotFound,
+    InvalidResponse,
+    Redirected,
+    RequestRejected,
+    ServerBusy,
+)
 from eagle3_raw.printable import printable
 
 MESSAGE_CHARS = 500
 """How much of a server's error message is kept."""
 
-_RETRYABLE_4XX = frozenset({408, 425, 429})
+_RETRYABLE_4XX = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_EARLY, HTTPStatus.TOO_MANY_REQUESTS})
 """Request Timeout, Too Early, Too Many Requests: the same request can succeed later."""
-
-
-class AuthError(FatalError):
-    """The server refused our credentials (HTTP 401/403)."""
-
-
-class EndpointNotFound(ServerMismatch):
-    """The server answered, but has no such route (HTTP 404, or 405 for this method): not the
-    server the run needs, though a reachable one."""
-
-    def __init__(self, message: str, *, url: str, status: int) -> None:
-        super().__init__(message)
-        self.url = url
-        self.status = status
-
-
-class Redirected(ServerMismatch):
-    """The server answered with a redirect (3xx). eagle3_raw never follows one: the requests,
-    and the API key with them, would go to a server that was never checked."""
 
 
 def http_error(status: int, payload: bytes, url: str, *, location: str | None = None) -> Exception:
     """The exception for a non-200 answer of ``url`` (a full URL, credentials already removed)."""
     message = error_message(payload)
     text = f"HTTP {status} from {url}: {message}"
-    if 300 <= status < 400:
+    if HTTPStatus.MULTIPLE_CHOICES <= status < HTTPStatus.BAD_REQUEST:
         target = printable(location, limit=MESSAGE_CHARS) if location else "(no Location header)"
         return Redirected(
             f"HTTP {status} from {url} redirects to {target}; eagle3_raw does not follow redirects: "
             "put the URL it should talk to in server.endpoints"
         )
-    if status in (401, 403):
+    if status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN):
         return AuthError(
             f"{text} (server.api_key_env must name an environment variable holding the server's "
             "--api-key; if it does, the key it holds was refused)"
         )
-    if status in (404, 405):
+    if status in (HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED):
         return EndpointNotFound(_not_found(status, url, message), url=url, status=status)
-    if status in _RETRYABLE_4XX or status >= 500:
+    if status in _RETRYABLE_4XX or status >= HTTPStatus.INTERNAL_SERVER_ERROR:
         return ServerBusy(text, url=url, status=status)
-    if status == 400 and "Duplicate request ID" in message:  # SGLang gives it no status of its own
+    # SGLang gives a request id still in flight no status of its own
+    if status == HTTPStatus.BAD_REQUEST and "Duplicate request ID" in message:
         return ServerBusy(text, url=url, status=status)
-    if 400 <= status < 500:
+    if HTTPStatus.BAD_REQUEST <= status < HTTPStatus.INTERNAL_SERVER_ERROR:
         return RequestRejected(text, status=status, url=url)
     return InvalidResponse(f"{text} (not a status an SGLang server answers)", url=url)
 
 
 def _not_found(status: int, url: str, message: str) -> str:
     route = url.rsplit("/", 1)[-1]
-    what = "has no such route" if status == 404 else "does not take this method on it"
+    what = "has no such route" if status == HTTPStatus.NOT_FOUND else "does not take this method on it"
     return (
         f"HTTP {status} from {url}: {message} (the server answered, but {what}: is it SGLang's "
         f"native API, and does /{route} exist in its version?)"
