@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # parsing reads these specs: its At only as a type here, no import circle
     from eagle3_raw.recipe.parsing import At
 
 Kind = Literal["text", "flag", "int", "seconds", "choice", "mapping", "list", "strings", "section", "custom"]
