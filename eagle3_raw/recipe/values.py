@@ -1,0 +1,224 @@
+"""The rules of the recipe fields that a kind alone does not cover (a field's ``convert`` or
+``check`` in :mod:`eagle3_raw.recipe.schema`): names, dates, URLs, which server a recipe launches,
+SGLang's launch section and sampling parameters, the mixture, the rollout parsers, the export sizes.
+
+Each rule gets the value as the recipe gives it (MISSING when absent) and the :class:`At` of its
+field (its path, the fields of its section read before it), and returns the field's value or raises
+a :class:`RecipeError` naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import re
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from eagle3_raw.errors import RecipeError
+from eagle3_raw.launching.command import check_sglang_launch
+from eagle3_raw.recipe.fields import MISSING, did_you_mean, is_int, is_number
+from eagle3_raw.recipe.parsing import At, read_section
+from eagle3_raw.recipe.sampling import check_min_new_tokens, checked_params
+
+MAX_MIXTURE = 64
+"""The most components a sampling mixture may have."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
+def _given(value: Any) -> Any:
+    """``value``, or None when the recipe does not give it."""
+    return None if value is MISSING else value
+
+
+def check_name(name: str, at: At) -> None:
+    """A recipe name is letters, digits, ``_``, ``.`` and ``-`` (it names files and Hub sets)."""
+    if not _NAME_RE.fullmatch(name):
+        raise RecipeError(at.path, name, "expected letters, digits, '_', '.', '-' (max 96)")
+
+
+def render_date(value: Any, at: At) -> str | None:
+    """``model.render_date`` as ``YYYY-MM-DD`` (YAML reads an unquoted one as a date)."""
+    value = _given(value)
+    if value is None:
+        return None
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        with contextlib.suppress(ValueError):
+            return datetime.date.fromisoformat(value).isoformat()
+    raise RecipeError(at.path, value, "expected a real date YYYY-MM-DD, e.g. 2026-12-01")
+
+
+def endpoints(value: Any, at: At) -> tuple[str, ...]:
+    """``server.endpoints``: one URL or a list of distinct ones (a trailing ``/`` dropped)."""
+    value = _given(value)
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise RecipeError(at.path, value, "expected a URL or a list of URLs")
+    for url in items:
+        check_url(at.path, url)
+    urls = tuple(url.rstrip("/") for url in items)
+    if len(set(urls)) != len(urls):
+        raise RecipeError(at.path, list(items), "expected each URL once (in-flight limits are per URL)")
+    return urls
+
+
+def check_url(field: str, url: str) -> None:
+    """RecipeError unless ``url`` is an http(s) URL with a host and, if given, a port 1-65535 (what
+    aiohttp would otherwise refuse with a ValueError at the first request)."""
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise RecipeError(field, url, "expected an http:// or https:// URL")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError as exc:  # a port out of range or not a number, a broken [IPv6] host
+        raise RecipeError(field, url, f"not a usable URL ({exc}); e.g. http://127.0.0.1:30000, "
+                          "http://[::1]:30000") from exc  # fmt: skip
+    if not host:
+        raise RecipeError(field, url, "expected a host name or address after http://")
+    if port == 0:
+        raise RecipeError(field, url, "expected a port from 1 to 65535")
+
+
+def check_one_server(launch: str | None, at: At) -> None:
+    """A recipe names its servers (``server.endpoints``) or launches one, never both nor neither."""
+    given = at.parsed["endpoints"]
+    if not given and launch is None:
+        raise RecipeError(
+            f"{at.prefix}endpoints", [], "give at least one URL, or set server.launch: reference (or sglang)"
+        )
+    if given and launch is not None:
+        raise RecipeError(
+            at.path, launch,
+            "cannot be combined with server.endpoints (the requests would be split between your "
+            "servers and the launched one): keep one of them",
+        )  # fmt: skip
+
+
+def launch_args(value: Any, at: At) -> tuple[str, ...]:
+    """``server.launch_args``: serve-reference flags, refused with ``launch: sglang``."""
+    args = at.as_kind(value)
+    if args and at.parsed["launch"] == "sglang":
+        raise RecipeError(at.path, args, "serve-reference flags; SGLang's go in server.sglang.extra_args")
+    return tuple(str(a) for a in args)
+
+
+def sglang_section(value: Any, at: At) -> Any:
+    """``server.sglang``, required by ``launch: sglang`` and refused without it."""
+    value = _given(value)
+    launch = at.parsed["launch"]
+    if value is None:
+        if launch == "sglang":
+            raise RecipeError(
+                at.path, None, "required with server.launch: sglang: at least {model_path: ...}"
+            )
+        return None
+    if launch != "sglang":
+        raise RecipeError(
+            at.path, "...", "only read with server.launch: sglang; set it, or remove the section"
+        )
+    launch_config = at.build(read_section(value, at, required=True), f"{at.path}.")
+    check_sglang_launch(launch_config)
+    return launch_config
+
+
+def reference_startup_timeout(value: Any, at: At) -> float:
+    """``server.startup_timeout``: the reference server's; SGLang's is in ``server.sglang``."""
+    if value is not MISSING and at.parsed["launch"] == "sglang":
+        why = "applies to launch: reference; SGLang's is server.sglang.startup_timeout"
+        raise RecipeError(at.path, value, why)
+    seconds: float = at.as_kind(value)
+    return seconds
+
+
+def environment(value: Any, at: At) -> dict[str, str]:
+    """``server.sglang.env``: variable names to string values."""
+    variables = at.as_kind(value)
+    for name, text in variables.items():
+        if (
+            not isinstance(name, str)
+            or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+            or not isinstance(text, str)
+        ):
+            raise RecipeError(f"{at.path}.{name}", text, 'expected NAME: "string value"')
+    return dict(variables)
+
+
+def draft_vocab_sizes(value: Any, at: At) -> tuple[int, ...]:
+    """``export.draft_vocab_sizes``: distinct sizes >= 1, sorted."""
+    sizes = at.as_kind(value)
+    if not all(is_int(size) and size >= 1 for size in sizes) or len(set(sizes)) != len(sizes):
+        raise RecipeError(at.path, sizes, "expected distinct integers >= 1, e.g. [32000]")
+    return tuple(sorted(sizes))
+
+
+def rollout_section(value: Any, at: At) -> Any:
+    """``rollout``, read only with ``turns: rollout`` (a missing or empty one: the defaults)."""
+    section = read_section(value, at, required=False)
+    if section and at.parsed["turns"] != "rollout":
+        raise RecipeError(at.path, dict(section), "applies to turns: rollout only (set turns: rollout)")
+    return at.build(section, f"{at.path}.")
+
+
+def parser_name(value: Any, at: At) -> str | None:
+    """One of SGLang 0.5.23's parser names (the field's choices: ``--reasoning-parser`` /
+    ``--tool-call-parser``), or None."""
+    name: str | None = at.as_kind(value)
+    known = at.spec.choices
+    if name is not None and name not in known:
+        raise RecipeError(at.path, name, f"not an SGLang parser{did_you_mean(name, known)}; "
+                          f"known: {', '.join(known)}")  # fmt: skip
+    return name
+
+
+def sampling_params(params: Mapping[str, Any], at: At) -> dict[str, Any]:
+    """``sampling``'s SGLang keys (every key but the section's own): checked, nulls dropped, and
+    ``max_new_tokens`` required."""
+    checked = checked_params(at.prefix, params, at.own)
+    if checked.get("max_new_tokens") is None:
+        raise RecipeError(
+            f"{at.prefix}max_new_tokens", checked.get("max_new_tokens"),
+            "required: an integer >= 1 (SGLang's default of 128 silently truncates)",
+        )  # fmt: skip
+    check_min_new_tokens(at.prefix, checked)
+    return checked
+
+
+def mixture(value: Any, at: At) -> tuple[Any, ...]:
+    """``sampling.mixture``: 1 to MAX_MIXTURE components, each over the recipe's parameters."""
+    value = _given(value)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or len(value) > MAX_MIXTURE:
+        raise RecipeError(
+            at.path, value,
+            f"expected a list of 1 to {MAX_MIXTURE} components, e.g. [{{weight: 3, temperature: 0.7}}, "
+            "{weight: 1, temperature: 0, chat_template_kwargs: {enable_thinking: false}}]",
+        )  # fmt: skip
+    return tuple(_component(f"{at.path}[{i}]", item, at) for i, item in enumerate(value))
+
+
+def _component(path: str, item: Any, at: At) -> Any:
+    if not isinstance(item, dict):
+        raise RecipeError(path, item, "expected a mapping with a weight and what it changes")
+    return at.build(item, f"{path}.", context={"params": at.parsed["params"]})
+
+
+def weight(value: Any, at: At) -> float:
+    """A mixture component's weight: a number > 0, its share of the draws."""
+    value = _given(value)
+    if not (is_number(value) and value > 0):
+        raise RecipeError(at.path, value, "required: a number > 0 (its share of the draws)")
+    return float(value)
+
+
+def component_params(params: Mapping[str, Any], at: At) -> dict[str, Any]:
+    """A mixture component's SGLang keys, checked over the recipe's (``context["params"]``)."""
+    checked = checked_params(at.prefix, params, at.own)
+    check_min_new_tokens(at.prefix, {**at.context["params"], **checked})
+    return checked
