@@ -26,9 +26,8 @@ or CPU: each bound below is crossed with a clear error naming what crossed it.
 from __future__ import annotations
 
 import datetime
-import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,20 +165,6 @@ def check_numbers(recipe: Recipe) -> None:
             raise RecipeError(dotted, value, f"expected at most {maximum:,}")
 
 
-def check_local_files(recipe: Recipe) -> None:
-    """The local files of ``recipe`` within bounds, before any of them is read."""
-    from eagle3_raw.recipe import tokenizer_path
-
-    source = recipe.resolve_path(recipe.prompts.source)
-    if source.exists() and not (source.is_dir() or source.is_file()):
-        raise RecipeError("prompts.source", str(source), "expected a regular file or a folder")
-    if recipe.model.chat_template is not None:
-        template = recipe.resolve_path(recipe.model.chat_template)
-        if template.exists():
-            check_regular_file("model.chat_template", template, TEMPLATE_BYTES)
-    folder = tokenizer_path(recipe)
-    if folder is not None and recipe.model.tokenizer != "reference":
-        check_tokenizer_folder(folder)
 
 
 def check_regular_file(field: str, path: Path, limit: int) -> None:
@@ -194,33 +179,7 @@ def check_regular_file(field: str, path: Path, limit: int) -> None:
         raise RecipeError(field, str(path), f"is {info.st_size:,} bytes; at most {limit:,} are read")
 
 
-def check_tokenizer_folder(folder: Path) -> None:
-    """RecipeError when the folder has more than :data:`TOKENIZER_FILES` files or
-    :data:`TOKENIZER_BYTES` bytes to digest; the walk itself stops after :data:`WALK_ENTRIES`."""
-    from eagle3_raw.recipe import _digestible as is_digestible
-
-    files = size = 0
-    for entries, path in enumerate(_walk(folder), start=1):
-        if entries > WALK_ENTRIES:
-            _too_big(folder, f"more than {WALK_ENTRIES:,} entries below it")
-        if not is_digestible(path, folder):
-            continue
-        files += 1
-        size += path.stat().st_size
-        if files > TOKENIZER_FILES or size > TOKENIZER_BYTES:
-            _too_big(folder, f"more than {TOKENIZER_FILES:,} files or {TOKENIZER_BYTES:,} bytes to read")
 
 
-def _walk(folder: Path) -> Iterator[Path]:
-    """Every path below ``folder``, lazily, without following links to folders."""
-    for root, dirs, names in os.walk(folder):
-        for name in (*dirs, *names):
-            yield Path(root, name)
 
 
-def _too_big(folder: Path, what: str) -> None:
-    raise RecipeError(
-        "model.tokenizer", str(folder),
-        f"has {what}; a tokenizer folder holds a few files (tokenizer.json, tokenizer_config.json, "
-        "...): point it at the tokenizer's own folder",
-    )  # fmt: skip

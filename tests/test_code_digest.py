@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-645315753ed9838a",
-    "demo": "demo-cee8bf30096d79b5",
-    "gpt-oss": "gpt-oss-fda4697f5c2d689f",
-    "kimi-k2.5": "kimi-k2.5-04df476c34fe99f1",
-    "llama-3.1": "llama-3.1-31b91686c400af81",
-    "qwen3": "qwen3-5b9e1616ec148d4a",
+    "deepseek-v3": "deepseek-v3-381bac7dc2d07c68",
+    "demo": "demo-45275fe6b74ccd7d",
+    "gpt-oss": "gpt-oss-3757e57937ba178f",
+    "kimi-k2.5": "kimi-k2.5-da52ef8d7afb65f0",
+    "llama-3.1": "llama-3.1-0e84200325033df6",
+    "qwen3": "qwen3-065ac929daebe86a",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

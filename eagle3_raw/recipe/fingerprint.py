@@ -245,7 +245,7 @@ def digested_files(folder: Path) -> list[Path]:
     """The files of ``folder`` that :func:`digest_path` reads, in path order: all files below it but
     hidden ones (or ones in hidden folders or ``__pycache__``) and model weights. A push uploads
     exactly these, so the published recipe keeps its fingerprint."""
-    return sorted(p for p in folder.rglob("*") if _digestible(p, folder))
+    return sorted(p for p in folder.rglob("*") if is_digestible(p, folder))
 
 
 def digest_files(root: Path, files: list[Path]) -> str:
@@ -262,7 +262,7 @@ def digest_files(root: Path, files: list[Path]) -> str:
 _WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"})
 
 
-def _digestible(path: Path, root: Path) -> bool:
+def is_digestible(path: Path, root: Path) -> bool:
     """Whether :func:`digest_path` reads ``path`` of folder ``root``."""
     parts = path.relative_to(root).parts
     hidden = any(part.startswith(".") or part == "__pycache__" for part in parts)

@@ -19,10 +19,11 @@ import yaml
 
 from eagle3_raw.errors import RecipeError
 from eagle3_raw.launching.reference import check_launch_args
-from eagle3_raw.limits import REFERENCE_STARTUP_TIMEOUT, check_local_files, check_numbers
+from eagle3_raw.limits import REFERENCE_STARTUP_TIMEOUT, check_numbers
 from eagle3_raw.recipe import values
 from eagle3_raw.recipe.fields import choice, custom, flag, integer, mapping, seconds, section, strings, text
 from eagle3_raw.recipe.fingerprint import REFERENCE_TOKENIZER, fingerprint, recipe_to_dict, tokenizer_path
+from eagle3_raw.recipe.localfiles import check_local_files
 from eagle3_raw.recipe.sampling import SGLANG_SAMPLING_DEFAULTS, is_greedy
 from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
