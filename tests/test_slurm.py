@@ -164,6 +164,7 @@ def test_the_setup_lines_choose_the_interpreter_the_jobs_run(tmp_path: Path) -> 
     assert calls[1].startswith(f"python -m eagle3_raw.cli merge {recipe} --journal-dir")
 
 
+@pytest.mark.slow
 def test_command_names_another_program_and_a_missing_one_is_said(tmp_path: Path) -> None:
     recipe, log = _recipe(tmp_path), tmp_path / "calls.log"
     _recorder(tmp_path / "tools", "site-e3", log)
@@ -200,6 +201,7 @@ def test_a_value_with_a_control_character_never_becomes_a_shell_line(
     assert not (tmp_path / "job" / "shards.sbatch").exists()
 
 
+@pytest.mark.slow
 def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:
     """bash runs the scripts with the variables SLURM would set; ``scontrol`` records the requeue."""
     recipe = _recipe(tmp_path)
@@ -239,6 +241,7 @@ def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:
     _check(tmp_path, recipe, kept, restarted, logs)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_the_array_and_merge_jobs_on_a_real_slurm(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:  # noqa: F811
     recipe = _recipe(tmp_path)

@@ -152,6 +152,7 @@ def run_and_measure(
     return stats
 
 
+@pytest.mark.slow
 def test_fully_loaded_slots_give_utilization_near_one(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "4", "--ms-per-token", "10")
     stats = run_and_measure(server, contract, [body(60)] * 8, concurrency=8)  # two waves of 4 x 0.6 s
@@ -160,6 +161,7 @@ def test_fully_loaded_slots_give_utilization_near_one(launch: Launch, contract: 
     assert stats["utilization"] > 0.75
 
 
+@pytest.mark.slow
 def test_half_loaded_slots_give_utilization_near_one_half(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "4", "--ms-per-token", "10")
     # never more than 2 of 4 slots busy

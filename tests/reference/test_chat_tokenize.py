@@ -49,6 +49,7 @@ def test_body_shape_refusals(server: ReferenceProcess) -> None:
     assert streamed.status == 501 and streamed.json()["type"] == "NotImplementedError"
 
 
+@pytest.mark.slow
 def test_foreign_tokenizer_folder_renders_tokenizes_and_generates(
     launch: Callable[..., ReferenceProcess],
 ) -> None:
@@ -78,6 +79,7 @@ def _generate(url: str, ids: list[int], seed: int) -> list[int]:
     return output_ids
 
 
+@pytest.mark.slow
 def test_chat_template_file_replaces_the_tokenizers(launch: Callable[..., ReferenceProcess]) -> None:
     """gpt-oss's npm tokenizer has no template: refused until ``--chat-template`` gives one.
 
