@@ -68,6 +68,7 @@ def test_rows_are_exactly_the_ids_sent_and_returned(chats: Path) -> None:
     assert non_canonical > len(rows) // 3
 
 
+@pytest.mark.slow
 def test_turns_samples_and_seeds(chats: Path) -> None:
     with reference_server(chats) as (server, ledger):
         recipe = write_recipe(chats, endpoints=[server.url], turns="all", sampling={"samples_per_prompt": 3})
@@ -89,6 +90,7 @@ def test_turns_samples_and_seeds(chats: Path) -> None:
     assert all(g["sampling_params"]["max_new_tokens"] == 64 for g in generations(ledger))
 
 
+@pytest.mark.slow
 def test_thinking_and_tool_calls_come_through_untouched(chats: Path) -> None:
     with reference_server(chats) as (server, _ledger):
         recipe = write_recipe(chats, endpoints=[server.url], sampling={"max_new_tokens": 1024})
@@ -108,6 +110,7 @@ def test_thinking_and_tool_calls_come_through_untouched(chats: Path) -> None:
     assert special & set(generated), "no think/tool-call token reached a row"
 
 
+@pytest.mark.slow
 def test_malformed_rows_are_reported_and_the_run_goes_on(tmp_path: Path) -> None:
     bad = [
         {"id": "no-messages", "title": "x"},

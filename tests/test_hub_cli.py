@@ -93,6 +93,7 @@ def test_the_hubs_own_message_is_shown_not_only_its_request_id(emulator: HubServ
     )
 
 
+@pytest.mark.slow
 def test_a_bare_repo_name_goes_to_the_tokens_user(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

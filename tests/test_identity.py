@@ -100,6 +100,7 @@ def test_a_change_that_leaves_a_request_identical_reuses_it(tmp_path: Path) -> N
     _same(built, fresh)
 
 
+@pytest.mark.slow
 def test_a_complete_set_is_read_back_without_its_server(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "prompts.jsonl", _rows(6))
     with reference_server(tmp_path) as (server, _):

@@ -110,6 +110,7 @@ def test_a_recipe_that_was_not_built_says_how_to_build_it(
     assert "is not built in the datasets cache" in err and f"`eagle3-raw build {recipe}`" in err
 
 
+@pytest.mark.slow
 def test_stats_through_a_pipe_are_plain_numbers(built: Path) -> None:
     done = subprocess.run(_cli(built, "stats"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -121,6 +122,7 @@ def test_stats_through_a_pipe_are_plain_numbers(built: Path) -> None:
     assert sum(map(int, reasons.values())) == rows
 
 
+@pytest.mark.slow
 def test_stats_in_a_terminal_draw_the_histograms(built: Path) -> None:
     code, text = run_in_terminal(_cli(built, "stats"), columns=80)
     assert code == 0, text

@@ -219,6 +219,7 @@ def test_a_launched_server_builds_the_set_is_recorded_and_a_cached_load_starts_n
     assert ledgers_in(ledgers) == [ledger] and again["input_ids"] == built["input_ids"]
 
 
+@pytest.mark.slow
 def test_a_merge_on_a_node_without_the_set_starts_no_server(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     merge = _cli("merge", str(recipe), "--journal-dir", str(tmp_path / "journals"))

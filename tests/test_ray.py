@@ -57,6 +57,7 @@ def test_shards_as_ray_tasks_each_with_its_server_merge_into_the_single_build(
     assert merged["id"] == clean["id"] and merged["input_ids"] == clean["input_ids"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_shard_that_fails_on_ray_is_one_clear_error(tmp_path: Path, local_ray: Any) -> None:
     write_prompts(tmp_path, 4)

@@ -104,6 +104,7 @@ def _check(tmp_path: Path, recipe: Path, kept: set[str], restarted: Path, logs: 
     assert built["loss_mask"] == clean["loss_mask"] and len(built) == _PROMPTS == len(delivered)
 
 
+@pytest.mark.slow
 def test_the_scripts_say_what_slurm_must_do(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     shown = _generate(tmp_path, recipe, "--partition", "gpu", "--time", "24:00:00", "--gpus", "8",
@@ -125,6 +126,7 @@ def test_the_scripts_say_what_slurm_must_do(tmp_path: Path) -> None:
     assert "sbatch --dependency=afterok:" in shown
 
 
+@pytest.mark.slow
 def test_the_merge_job_goes_to_its_own_partition(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     _generate(tmp_path, recipe, "--partition", "gpu", "--merge-partition", "cpu", "--gpus", "8")
@@ -147,6 +149,7 @@ def _run_job(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=scaled(60))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_setup_lines_choose_the_interpreter_the_jobs_run(tmp_path: Path) -> None:
     """Issue 21, finding 9: the scripts named this machine's own Python, so ``--setup 'source
     /shared/venv/bin/activate'`` chose nothing. The ``python`` the setup puts first runs both jobs."""

@@ -172,6 +172,7 @@ def test_nothing_is_folded_at_compile_time_in_the_renderers_checks(tmp_path: Pat
         renderer.render(conversation)
 
 
+@pytest.mark.slow
 def test_calls_are_counted_and_a_slow_loop_stops_at_its_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
     counted = "{% for i in range(100000) %}{{ 'a'.upper() }}{% endfor %}{% for i in range(100000) %}" \
         "{{ 'b'.upper() }}{% endfor %}{{ 'c'.upper() }}"  # fmt: skip

@@ -48,6 +48,7 @@ def _lines(out: str) -> dict[str, list[str]]:
     return checks
 
 
+@pytest.mark.slow
 def test_validate_passes_on_the_demo_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_main(capsys, "validate", "demo", *_places(tmp_path))
     checks = _lines(out)
@@ -59,6 +60,7 @@ def test_validate_passes_on_the_demo_recipe(tmp_path: Path, capsys: pytest.Captu
     assert not (tmp_path / "j" / "sets").exists()  # nothing built
 
 
+@pytest.mark.slow
 def test_a_bad_logit_bias_is_caught_by_validate_on_one_small_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

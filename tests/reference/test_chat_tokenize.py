@@ -35,6 +35,7 @@ def _assert_same(url: str, oracle: Any, path: str = "/tokenize") -> None:
             assert got == expected, case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/tokenize", "/v1/tokenize"])
 def test_reference_model_renders_as_sglang(server: ReferenceProcess, path: str) -> None:
     _assert_same(server.url, sglang_oracle.chat_server(load_tokenizer()), path)

@@ -129,6 +129,7 @@ def test_abort_ends_one_generation_early_with_http_200(launch: Launch) -> None:
     assert len(aborted[0]["output_ids"]) == aborted[0]["meta_info"]["completion_tokens"] < 50
 
 
+@pytest.mark.slow
 def test_hang_never_answers_and_the_server_stays_healthy(launch: Launch) -> None:
     server = launch("--faults", "hang=1")
     assert [o.error for o in post_many(server.url, [SMALL] * 3, timeout=0.5)] == ["timeout"] * 3

@@ -103,6 +103,7 @@ def test_the_ledger_marks_what_never_reached_the_client(launch: Launch, tmp_path
     assert all(line["delivered"] for line in lines if line["fault"] == "abort")
 
 
+@pytest.mark.slow
 def test_a_restarted_server_appends_to_the_same_ledger(
     launch: Launch, contract: ModuleType, tmp_path: Path
 ) -> None:
