@@ -36,6 +36,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
         terminalreporter.write_line(f"real SGLang tier: {times.read_text()}")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-SGLang tier counts as slow too, so ``pytest -m "not slow"`` (the quick loop) leaves
+    it out. Its ``real_sglang`` marker is put on by ``tests/real_sglang/conftest.py``'s hook, which
+    runs first (``tryfirst``); ``-m`` deselects after every conftest's hook (pytest's own runs last)."""
+    for item in items:
+        if item.get_closest_marker("real_sglang") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
     """pytest-timeout's own timer, its limit (``timeout`` in pyproject.toml, or a test's mark)

@@ -45,6 +45,7 @@ def chats(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_rows_are_exactly_the_ids_sent_and_returned(chats: Path) -> None:
     with reference_server(chats) as (server, ledger):
         recipe = write_recipe(chats, endpoints=[server.url], turns="all", sampling={"samples_per_prompt": 2})
@@ -67,6 +68,7 @@ def test_rows_are_exactly_the_ids_sent_and_returned(chats: Path) -> None:
     assert non_canonical > len(rows) // 3
 
 
+@pytest.mark.slow
 def test_turns_samples_and_seeds(chats: Path) -> None:
     with reference_server(chats) as (server, ledger):
         recipe = write_recipe(chats, endpoints=[server.url], turns="all", sampling={"samples_per_prompt": 3})
@@ -88,6 +90,7 @@ def test_turns_samples_and_seeds(chats: Path) -> None:
     assert all(g["sampling_params"]["max_new_tokens"] == 64 for g in generations(ledger))
 
 
+@pytest.mark.slow
 def test_thinking_and_tool_calls_come_through_untouched(chats: Path) -> None:
     with reference_server(chats) as (server, _ledger):
         recipe = write_recipe(chats, endpoints=[server.url], sampling={"max_new_tokens": 1024})
@@ -107,6 +110,7 @@ def test_thinking_and_tool_calls_come_through_untouched(chats: Path) -> None:
     assert special & set(generated), "no think/tool-call token reached a row"
 
 
+@pytest.mark.slow
 def test_malformed_rows_are_reported_and_the_run_goes_on(tmp_path: Path) -> None:
     bad = [
         {"id": "no-messages", "title": "x"},
@@ -155,6 +159,7 @@ def test_unreachable_server_fails_fast_naming_the_url(chats: Path) -> None:
     assert time.monotonic() - started < scaled(20)
 
 
+@pytest.mark.slow
 def test_tokenizer_mismatch_is_refused_before_any_request(chats: Path) -> None:
     other = chats / "other-tokenizer"
     shutil.copytree(reference_model_dir(), other)
@@ -170,6 +175,7 @@ def test_tokenizer_mismatch_is_refused_before_any_request(chats: Path) -> None:
     assert generations(ledger) == []
 
 
+@pytest.mark.slow
 def test_second_load_sends_nothing_and_a_new_temperature_builds_anew(chats: Path) -> None:
     with reference_server(chats) as (server, ledger):
         recipe = write_recipe(chats, endpoints=[server.url])
@@ -184,6 +190,7 @@ def test_second_load_sends_nothing_and_a_new_temperature_builds_anew(chats: Path
     assert hotter.cache_files != first.cache_files
 
 
+@pytest.mark.slow
 def test_load_dataset_works_from_any_working_directory(chats: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = chats / "elsewhere"
     elsewhere.mkdir()
@@ -199,6 +206,7 @@ def test_load_dataset_works_from_any_working_directory(chats: Path, monkeypatch:
     assert len(rows) == len(CHATS)
 
 
+@pytest.mark.slow
 def test_too_long_prompt_is_skipped_never_sent(tmp_path: Path) -> None:
     long_prompt = {"id": "long", "prompt": "word " * 400}
     write_jsonl(tmp_path / "prompts.jsonl", [CHATS[0], long_prompt])
@@ -211,6 +219,7 @@ def test_too_long_prompt_is_skipped_never_sent(tmp_path: Path) -> None:
     assert all(len(r) <= 256 for r in rows["input_ids"])
 
 
+@pytest.mark.slow
 def test_on_truncation_drop(chats: Path) -> None:
     with reference_server(chats) as (server, _ledger):
         sampling = {"max_new_tokens": 120, "samples_per_prompt": 4}
@@ -223,6 +232,7 @@ def test_on_truncation_drop(chats: Path) -> None:
     assert "length" in kept["finish_reason"] and len(kept) > len(rows)
 
 
+@pytest.mark.slow
 def test_api_key_comes_from_the_environment_and_is_never_written(
     chats: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,6 +264,7 @@ def test_a_server_with_an_api_key_refuses_a_recipe_without_one(chats: Path) -> N
     assert generations(ledger) == []
 
 
+@pytest.mark.slow
 def test_retry_failed_rebuilds_the_cached_set(chats: Path) -> None:
     with reference_server(chats, "--faults", "http500=0.5", "--fault-seed", "1") as (server, _):
         sampling = {"samples_per_prompt": 4}
@@ -268,6 +279,7 @@ def test_retry_failed_rebuilds_the_cached_set(chats: Path) -> None:
     assert set(partial["id"]) < set(full["id"])
 
 
+@pytest.mark.slow
 def test_no_rows_error_names_the_skipped_rows_and_why(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "prompts.jsonl", [{"id": "bad-1", "title": "no messages here"}])
     with reference_server(tmp_path) as (server, ledger):
@@ -280,6 +292,7 @@ def test_no_rows_error_names_the_skipped_rows_and_why(tmp_path: Path) -> None:
     assert "row 'bad-1'" in message and "messages" in message.split("bad-1", 1)[1]
 
 
+@pytest.mark.slow
 def test_no_rows_error_lists_the_rows_behind_each_reason(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "prompts.jsonl", [{"id": f"long-{i}", "prompt": "word " * 400} for i in range(5)])
     with (

@@ -44,6 +44,7 @@ def test_every_bundled_recipe_is_valid() -> None:
         assert recipe.sampling.params["max_new_tokens"] >= 512
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "folder", "extra"), FAMILIES, ids=[f[0] for f in FAMILIES])
 def test_a_bundled_recipe_builds_with_its_familys_tokenizer(
     tmp_path: Path, name: str, folder: str, extra: dict[str, Any]

@@ -285,6 +285,7 @@ def test_template_file_is_read_as_sglang_reads_it(tmp_path: Path) -> None:
     assert chatpath.read_template_file(path) == "{{ 'a' }}\n{{ 'b' }}"
 
 
+@pytest.mark.slow
 def test_content_format_detection_matches_sglangs() -> None:
     sg = sglang_oracle.load()
     templates = [

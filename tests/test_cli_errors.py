@@ -91,6 +91,7 @@ def _big_rows_recipe(tmp_path: Path, url: str, rows: int = 30) -> Path:
     return write_recipe(tmp_path, endpoints=[url], sampling=sampling)
 
 
+@pytest.mark.slow
 def test_a_full_cache_disk_is_a_message_and_the_journal_keeps_every_row(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,6 +139,7 @@ def test_a_read_only_output_folder_is_refused_before_the_build(
     assert generations(ledger) == []  # checked before the build, not after it
 
 
+@pytest.mark.slow
 def test_a_full_output_disk_leaves_no_truncated_parquet_and_loses_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,6 +212,7 @@ def test_a_bad_recipe_file_is_named(
     assert code == 1 and error_line(err).startswith(f"error: recipe file {path}: {fragment}")
 
 
+@pytest.mark.slow
 def test_name_is_the_recipe_name_from_the_cli_and_from_load(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -225,6 +228,7 @@ def test_name_is_the_recipe_name_from_the_cli_and_from_load(
     assert {p.name.split("-")[0] for p in (tmp_path / "j" / "sets").iterdir()} == {"renamed", "other"}
 
 
+@pytest.mark.slow
 def test_an_endpoints_override_sends_every_request_there_and_launches_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -252,6 +256,7 @@ def _parquet(path: Path, rows: list[dict[str, Any]]) -> str:
     return path.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["template", "id_column", "parquet", "empty"])
 def test_whole_run_problems_fail_up_front(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
@@ -287,6 +292,7 @@ def test_whole_run_problems_fail_up_front(
 # --- exit codes ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_build_with_rows_that_failed_for_good_exits_4_and_says_how_to_retry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -322,6 +328,7 @@ def test_a_usage_error_is_argparse_s_exit_code_2(capsys: pytest.CaptureFixture[s
     assert exit_.value.code == 2 and "the following arguments are required: recipe" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_no_rows_without_failures_does_not_point_at_reasons_that_do_not_exist(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,6 +60,7 @@ def test_what_cannot_be_numbered_is_refused_naming_the_variables() -> None:
     assert shard_option("1/3", {"RANK": "0", "WORLD_SIZE": "2"}) == (Shard(1, 3), None)  # given wins
 
 
+@pytest.mark.slow
 def test_the_cli_says_which_shard_it_took_and_from_where(tmp_path: Path) -> None:
     write_prompts(tmp_path, 4)
     recipe = write_recipe(tmp_path, endpoints=[], server={"endpoints": None, "launch": "reference"})

@@ -160,6 +160,7 @@ def _check_alignment(raw: bytes, archive: zipfile.ZipFile) -> None:
 # --- layouts -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_specforge_rows_are_the_sets_ids_and_masks_in_order(built: Any, tmp_path: Path) -> None:
     _, rows = built
     result = _export(built, tmp_path / "sf")

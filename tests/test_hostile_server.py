@@ -274,6 +274,7 @@ def _tamper(rows: set[str], change: Callable[[dict[str, Any]], None]) -> Callabl
     return handler
 
 
+@pytest.mark.slow
 def test_bad_server_data_is_never_journaled_and_the_set_still_builds(tmp_path: Path) -> None:
     """Finding 8: a wrong meta_info type used to be journaled, then crash the Arrow conversion of
     every rerun and merge. Now it is a bad response: retried, recorded as failed, never a row."""
@@ -297,6 +298,7 @@ def test_bad_server_data_is_never_journaled_and_the_set_still_builds(tmp_path: P
     assert sorted(again.dataset["source_id"]) == ids  # merge reads the journal without a crash
 
 
+@pytest.mark.slow
 def test_a_404_on_generate_from_a_server_that_answered_is_not_called_unreachable(tmp_path: Path) -> None:
     write_prompts(tmp_path, 2)
 
@@ -314,6 +316,7 @@ def test_a_404_on_generate_from_a_server_that_answered_is_not_called_unreachable
     assert "unreachable" not in message and "cannot reach" not in message
 
 
+@pytest.mark.slow
 def test_a_408_is_retried_and_the_rows_come_through(tmp_path: Path) -> None:
     write_prompts(tmp_path, 4)
     refused: set[str] = set()
@@ -334,6 +337,7 @@ def test_a_408_is_retried_and_the_rows_come_through(tmp_path: Path) -> None:
     assert all(meta["attempts"] == 2 for meta in built.dataset["meta"])
 
 
+@pytest.mark.slow
 def test_url_credentials_never_reach_the_rows_or_the_journal(tmp_path: Path) -> None:
     write_prompts(tmp_path, 3)
     with reference_server(tmp_path) as (server, _):
@@ -428,6 +432,7 @@ POISONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(POISONS))
 def test_a_bad_answer_is_retried_then_recorded_as_failed_never_a_row(tmp_path: Path, name: str) -> None:
     """Keeps holding: malformed ids of every kind, aborts, count mismatches."""
@@ -463,6 +468,7 @@ def _slow_chat_renders(
     return tokenize
 
 
+@pytest.mark.slow
 def test_a_slow_first_chat_render_is_waited_for_and_a_silent_one_stops_the_build(tmp_path: Path) -> None:
     """A server whose first chat render takes longer than the timeout still renders the prompts
     (the probe is tried again, never taken for "cannot render"); one that never answers it stops

@@ -101,6 +101,7 @@ def token(emulator: HubServer, monkeypatch: pytest.MonkeyPatch) -> str:
 # --- push -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_push_then_load_by_tag_gives_back_the_rows_and_features(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -124,6 +125,7 @@ def test_push_then_load_by_tag_gives_back_the_rows_and_features(
     assert {t.name: t.target_commit for t in refs.tags} == {"v1": result.commit}
 
 
+@pytest.mark.slow
 def test_published_recipe_resolves_beside_itself_with_the_same_fingerprint(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -139,6 +141,7 @@ def test_published_recipe_resolves_beside_itself_with_the_same_fingerprint(
     assert fetched.fingerprint == fingerprint == manifest["fingerprint"]
 
 
+@pytest.mark.slow
 def test_every_skip_reason_is_published_even_one_that_reads_like_a_secret_name(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -152,6 +155,7 @@ def test_every_skip_reason_is_published_even_one_that_reads_like_a_secret_name(
     assert sum(skipped.values()) == 1 and "unknown role 'token'" in next(iter(skipped)), skipped
 
 
+@pytest.mark.slow
 def test_manifest_records_server_tokenizer_versions_and_counts(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -176,6 +180,7 @@ def test_manifest_records_server_tokenizer_versions_and_counts(
     assert manifest["lengths"]["total"]["max"] == max(len(ids) for ids in rows["input_ids"])
 
 
+@pytest.mark.slow
 def test_card_metadata_parses_and_keeps_configs_and_dataset_info(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -194,6 +199,7 @@ def test_card_metadata_parses_and_keeps_configs_and_dataset_info(
     assert info.card_data is not None and info.card_data.license == "apache-2.0"
 
 
+@pytest.mark.slow
 def test_a_second_recipe_leaves_the_first_ones_data_and_section(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -214,6 +220,7 @@ def test_a_second_recipe_leaves_the_first_ones_data_and_section(
     assert again.split(chats)[1].split("<!--")[0] == body.split(chats)[1].split("<!--")[0]
 
 
+@pytest.mark.slow
 def test_second_push_sends_no_generation_request_and_existing_tag_is_refused(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -233,6 +240,7 @@ def test_second_push_sends_no_generation_request_and_existing_tag_is_refused(
     assert {t.name: t.target_commit for t in after} == tags  # never moved
 
 
+@pytest.mark.slow
 def test_push_to_a_new_branch_creates_it_from_main(emulator: HubServer, token: str, tmp_path: Path) -> None:
     api = HfApi(token=token)
     api.create_repo(REPO, repo_type="dataset")
@@ -244,6 +252,7 @@ def test_push_to_a_new_branch_creates_it_from_main(emulator: HubServer, token: s
     assert len(_load(REPO, "haiku", "dev-v1", token)) == 3
 
 
+@pytest.mark.slow
 def test_card_write_retries_when_another_commit_lands_meanwhile(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,6 +274,7 @@ def test_card_write_retries_when_another_commit_lands_meanwhile(
     assert files["other.txt"] == b"theirs\n" and b"eagle3_raw:config:haiku:start" in files["README.md"]
 
 
+@pytest.mark.slow
 def test_private_push_is_not_readable_anonymously(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,6 +285,7 @@ def test_private_push_is_not_readable_anonymously(
         hub.reproduce(f"{REPO}@v1")
 
 
+@pytest.mark.slow
 def test_cli_push_prints_where_it_went(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -298,6 +309,7 @@ def test_cli_push_prints_where_it_went(
     assert max(len(r["input_ids"]) - r["prompt_len"] for r in rows) <= 8
 
 
+@pytest.mark.slow
 def test_hub_prompt_source_is_listed_in_source_datasets_and_not_uploaded(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -314,6 +326,7 @@ def test_hub_prompt_source_is_listed_in_source_datasets_and_not_uploaded(
     assert orjson.loads(files["recipes/haiku.manifest.json"])["prompt_source"] == "hub"
 
 
+@pytest.mark.slow
 def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: Path) -> None:
     """The most faithful client setup: HF_ENDPOINT read at import, nothing patched in process."""
     script = (
@@ -343,6 +356,7 @@ def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: 
     assert hub_server.tokens.write not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_a_forced_merge_is_never_loaded_or_published_as_the_whole_set(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -415,6 +429,7 @@ def test_an_existing_repo_you_cannot_write_is_refused_before_any_generation(
     assert not any("/commit/" in r.path for r in emulator.requests)
 
 
+@pytest.mark.slow
 def test_the_write_check_leaves_no_branch_behind(emulator: HubServer, token: str, tmp_path: Path) -> None:
     HfApi(token=token).create_repo(REPO, repo_type="dataset")
     _push(_recipe(tmp_path / "r"), tmp_path)
@@ -422,6 +437,7 @@ def test_the_write_check_leaves_no_branch_behind(emulator: HubServer, token: str
     assert [b.name for b in branches] == ["main"]
 
 
+@pytest.mark.slow
 def test_no_token_or_server_key_reaches_the_hub_or_the_log(
     emulator: HubServer,
     token: str,
@@ -446,6 +462,7 @@ def test_no_token_or_server_key_reaches_the_hub_or_the_log(
     assert published["server"]["api_key_env"] == "E3RAW_TEST_KEY"
 
 
+@pytest.mark.slow
 def test_a_published_set_names_no_host_and_no_install_path(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -477,6 +494,7 @@ def published_fingerprint(files: dict[str, bytes], folder: Path) -> str:
     return load_recipe(folder / "recipes" / "haiku.yaml").fingerprint
 
 
+@pytest.mark.slow
 def test_a_secret_in_the_recipe_text_is_refused(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -489,6 +507,7 @@ def test_a_secret_in_the_recipe_text_is_refused(
 # --- reproduce ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_reproduce_regenerates_and_reports_full_agreement(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -504,6 +523,7 @@ def test_reproduce_regenerates_and_reports_full_agreement(
     assert "verdict           full agreement" in out
 
 
+@pytest.mark.slow
 def test_reproduce_with_several_configs_needs_one_named(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -517,6 +537,7 @@ def test_reproduce_with_several_configs_needs_one_named(
     assert result.full_agreement and result.config == "chats"
 
 
+@pytest.mark.slow
 def test_reproduce_with_a_changed_recipe_says_so(emulator: HubServer, token: str, tmp_path: Path) -> None:
     _push(_recipe(tmp_path / "r"), tmp_path)
     result = hub.reproduce(

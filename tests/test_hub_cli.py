@@ -93,6 +93,7 @@ def test_the_hubs_own_message_is_shown_not_only_its_request_id(emulator: HubServ
     )
 
 
+@pytest.mark.slow
 def test_a_bare_repo_name_goes_to_the_tokens_user(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +114,7 @@ def test_a_bare_repo_name_goes_to_the_tokens_user(
     assert {t.name for t in HfApi(token=token).list_repo_refs(REPO, repo_type="dataset").tags} == {"v1"}
 
 
+@pytest.mark.slow
 def test_the_readme_reproduce_command_sends_every_request_to_the_given_server(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -127,6 +129,7 @@ def test_the_readme_reproduce_command_sends_every_request_to_the_given_server(
     assert "identical         3 of 3 (100.0%)" in out
 
 
+@pytest.mark.slow
 def test_inspect_and_stats_read_a_published_set(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -280,6 +280,7 @@ def test_requests_are_recorded_and_contents_exposed_without_tokens(hub: HubServe
     assert len(hub.find_bytes(hub.tokens.read)) == 1  # the check does find a leak
 
 
+@pytest.mark.slow
 def test_client_env_points_a_subprocess_at_the_server(hub_server: HubServer, tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import sys

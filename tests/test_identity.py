@@ -47,6 +47,7 @@ def _same(a: datasets.Dataset, b: datasets.Dataset) -> None:
     assert a["id"] == b["id"] and a["input_ids"] == b["input_ids"] and a["loss_mask"] == b["loss_mask"]
 
 
+@pytest.mark.slow
 def test_raising_limit_fixing_a_line_or_renaming_the_file_asks_only_for_what_changed(tmp_path: Path) -> None:
     rows = _rows(12)
     rows[4] = {"id": "p04", "messages": [{"role": "bot", "content": "broken"}]}  # malformed: skipped
@@ -77,6 +78,7 @@ def test_raising_limit_fixing_a_line_or_renaming_the_file_asks_only_for_what_cha
         _same(renamed, fixed)
 
 
+@pytest.mark.slow
 def test_a_change_that_leaves_a_request_identical_reuses_it(tmp_path: Path) -> None:
     """More samples and every turn: the rows whose requests are unchanged come from the journal."""
     conversation = {
@@ -98,6 +100,7 @@ def test_a_change_that_leaves_a_request_identical_reuses_it(tmp_path: Path) -> N
     _same(built, fresh)
 
 
+@pytest.mark.slow
 def test_a_complete_set_is_read_back_without_its_server(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "prompts.jsonl", _rows(6))
     with reference_server(tmp_path) as (server, _):
@@ -122,6 +125,7 @@ def _push_prompts(hub: HubServer, rows: list[dict[str, Any]]) -> str:
     return str(HfApi(token=hub.tokens.write).dataset_info("alice/prompts").sha)
 
 
+@pytest.mark.slow
 def test_a_hub_source_that_moved_between_a_run_and_its_resume_is_refused(
     hub: HubServer, tmp_path: Path
 ) -> None:

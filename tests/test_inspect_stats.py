@@ -59,6 +59,7 @@ def _cli(built: Path, *argv: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_inspect_through_a_pipe_marks_the_generated_span_and_shows_special_tokens(built: Path) -> None:
     done = subprocess.run(_cli(built, "inspect", "--row", "tools-1:4:1"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -88,6 +89,7 @@ def test_inspect_selects_by_source_id_index_and_limit(
     assert "--index 999: the set has" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_inspect_in_a_terminal_styles_the_spans_instead_of_marking_them(built: Path) -> None:
     code, raw = run_in_terminal(_cli(built, "inspect", "--limit", "1"), columns=100, raw=True)
     assert code == 0, raw
@@ -108,6 +110,7 @@ def test_a_recipe_that_was_not_built_says_how_to_build_it(
     assert "is not built in the datasets cache" in err and f"`eagle3-raw build {recipe}`" in err
 
 
+@pytest.mark.slow
 def test_stats_through_a_pipe_are_plain_numbers(built: Path) -> None:
     done = subprocess.run(_cli(built, "stats"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -119,6 +122,7 @@ def test_stats_through_a_pipe_are_plain_numbers(built: Path) -> None:
     assert sum(map(int, reasons.values())) == rows
 
 
+@pytest.mark.slow
 def test_stats_in_a_terminal_draw_the_histograms(built: Path) -> None:
     code, text = run_in_terminal(_cli(built, "stats"), columns=80)
     assert code == 0, text

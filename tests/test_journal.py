@@ -376,6 +376,7 @@ SIGKILL_CHILD = """
 """
 
 
+@pytest.mark.slow
 def test_sigkill_while_appending_loses_nothing_reported_and_duplicates_nothing(tmp_path: Path) -> None:
     total, rng = 6000, random.Random(3)
     for _ in range(6):
@@ -473,6 +474,7 @@ HOLDER_CHILD = """
 """
 
 
+@pytest.mark.slow
 def test_second_writer_of_a_shard_is_refused(tmp_path: Path) -> None:
     holder = run_child(HOLDER_CHILD, tmp_path, stdin=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdin is not None
@@ -696,6 +698,7 @@ def iteration_peaks(root: Path) -> tuple[int, int]:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_index_is_small_and_iteration_memory_grows_only_by_the_index(tmp_path: Path) -> None:
     small, large = 5_000, 25_000
     for name, count in (("small", small), ("large", large)):

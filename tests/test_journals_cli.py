@@ -30,6 +30,7 @@ def _generation_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in (root / "generations").rglob("gen-*.bin"))
 
 
+@pytest.mark.slow
 def test_list_prune_and_remove_keep_exactly_what_a_set_needs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,6 +101,7 @@ def _sigterm_build(recipe: Path, work: Path, ledger: Path) -> None:
     assert build.returncode == 130 and "Run the same command again to resume" in stderr, stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_prune_and_remove_keep_resumable_and_otherwise_cached_sets_and_show_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -151,6 +153,7 @@ def _refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_commands_refuse_a_root_others_may_write_or_own_and_follow_no_planted_link(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -191,6 +191,7 @@ def _answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_launched_server_builds_the_set_is_recorded_and_a_cached_load_starts_none(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "--max-running-requests", "8", tp_size=2)
     journals, ledgers = tmp_path / "journals", tmp_path / "ledgers"
@@ -218,6 +219,7 @@ def test_a_launched_server_builds_the_set_is_recorded_and_a_cached_load_starts_n
     assert ledgers_in(ledgers) == [ledger] and again["input_ids"] == built["input_ids"]
 
 
+@pytest.mark.slow
 def test_a_merge_on_a_node_without_the_set_starts_no_server(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     merge = _cli("merge", str(recipe), "--journal-dir", str(tmp_path / "journals"))
@@ -226,6 +228,7 @@ def test_a_merge_on_a_node_without_the_set_starts_no_server(tmp_path: Path) -> N
     assert not ledgers_in(tmp_path / "ledgers")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_the_server_never_outlives_its_client(tmp_path: Path, how: str) -> None:
     """Ctrl-C, SIGTERM (aborts reach the server first) and kill -9 of the client: the guard stops the
@@ -254,6 +257,7 @@ def test_the_server_never_outlives_its_client(tmp_path: Path, how: str) -> None:
         assert code == 130 and aborts, log.read_text()[-3000:]  # the server was alive for the aborts
 
 
+@pytest.mark.slow
 def test_a_shard_stopped_by_sigterm_resumes_without_asking_twice(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, *_SLOW, prompts=30)
     journals = tmp_path / "journals"
@@ -293,6 +297,7 @@ def test_a_server_that_exits_at_start_is_an_error_with_its_log(tmp_path: Path) -
     assert time.monotonic() - started < scaled(60)  # at once, not at the end of the startup wait
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_is_stopped_at_the_startup_limit(tmp_path: Path) -> None:
     hang = "import sys, time; print('loading weights 1/9 (pretend)', flush=True); time.sleep(600)"
     recipe = _recipe(tmp_path, executable=[sys.executable, "-c", hang], startup_timeout=3)

@@ -10,11 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from eagle3_raw.launching.reference import free_port
 from tests.helpers import reference_server, write_prompts, write_recipe
 from tests.support.pace import scaled
 
 
+@pytest.mark.slow
 def test_an_unreachable_hub_tokenizer_id_fails_at_once_with_one_clear_message(tmp_path: Path) -> None:
     write_prompts(tmp_path, 2)
     hub = f"http://127.0.0.1:{free_port()}"  # nothing listens: the Hub does not answer

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eagle3_raw.identity import set_config_id
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.run.target import reference_target
@@ -28,6 +30,7 @@ print((r.reference_model_dir() / "tokenizer.json").is_file())
 """
 
 
+@pytest.mark.slow
 def test_wheel_ships_cards_recipes_and_reference_model(tmp_path: Path) -> None:
     pip = [sys.executable, "-m", "pip"]
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT)], check=True)

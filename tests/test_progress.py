@@ -87,6 +87,7 @@ def _with_recipe(command: list[str], tmp_path: Path, url: str) -> list[str]:
     return [str(recipe) if part == "RECIPE" else part for part in command]
 
 
+@pytest.mark.slow
 def test_the_bar_at_80_columns_shows_the_row_count_the_bar_and_the_eta(tmp_path: Path) -> None:
     command, server = _slow_build(tmp_path)
     with server as (process, _):
@@ -104,6 +105,7 @@ def test_the_bar_at_80_columns_shows_the_row_count_the_bar_and_the_eta(tmp_path:
     assert "Generating train split" not in text  # datasets' own bar stays out of the summary
 
 
+@pytest.mark.slow
 def test_without_a_terminal_the_progress_is_timestamped_log_lines(tmp_path: Path) -> None:
     command, server = _slow_build(tmp_path, "--log-interval", "0.5")
     with server as (process, _):
@@ -120,6 +122,7 @@ def test_without_a_terminal_the_progress_is_timestamped_log_lines(tmp_path: Path
     assert done.stdout.startswith("rows              600\n")  # the summary, nothing before it
 
 
+@pytest.mark.slow
 def test_quiet_log_lines_have_timestamps_in_a_terminal_too(tmp_path: Path) -> None:
     command, server = _slow_build(tmp_path, "--quiet", "--log-interval", "0.5")
     with server as (process, _):

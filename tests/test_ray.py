@@ -34,6 +34,7 @@ def local_ray() -> Iterator[Any]:
         ray.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_shards_as_ray_tasks_each_with_its_server_merge_into_the_single_build(
     tmp_path: Path, local_ray: Any
@@ -56,6 +57,7 @@ def test_shards_as_ray_tasks_each_with_its_server_merge_into_the_single_build(
     assert merged["id"] == clean["id"] and merged["input_ids"] == clean["input_ids"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_shard_that_fails_on_ray_is_one_clear_error(tmp_path: Path, local_ray: Any) -> None:
     write_prompts(tmp_path, 4)
@@ -68,6 +70,7 @@ def test_a_shard_that_fails_on_ray_is_one_clear_error(tmp_path: Path, local_ray:
         run_on_ray(spec)
 
 
+@pytest.mark.slow
 def test_the_cli_needs_ray_only_for_ray(tmp_path: Path) -> None:
     """``import eagle3_raw`` and every other command never import Ray."""
     code = "import sys, eagle3_raw, eagle3_raw.cli.main as c; c.build_parser(); print('ray' in sys.modules)"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from eagle3_raw.recipe import ServerConfig
@@ -46,6 +47,7 @@ def test_demo_recipe_and_cli_commands_in_the_readme_exist() -> None:
     assert commands <= known, commands - known
 
 
+@pytest.mark.slow
 def test_the_readmes_demo_numbers_are_what_the_demo_set_gives(tmp_path: Path) -> None:
     """Issue 21 finding 8: the Quick start's counts and the export example under "Training a draft
     model" are what the demo set gives now (built with the reference server, as the README says)."""

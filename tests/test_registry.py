@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import datasets
+import pytest
 
 
 def _python(code: str) -> str:
@@ -18,6 +19,7 @@ def _python(code: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.slow
 def test_import_is_light_and_registers_when_datasets_is_imported_later() -> None:
     out = _python(
         "import sys, eagle3_raw\n"
@@ -28,6 +30,7 @@ def test_import_is_light_and_registers_when_datasets_is_imported_later() -> None
     assert out.splitlines() == ["False False False", "True"]
 
 
+@pytest.mark.slow
 def test_registration_after_datasets_was_imported() -> None:
     out = _python(
         "import datasets.load as load, eagle3_raw\n"

@@ -133,6 +133,7 @@ def _chat_request(row: dict[str, Any], turn: int, kwargs: dict[str, Any]) -> dic
     return body
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "folder", "template", "variants"), MODELS, ids=[m[0] for m in MODELS])
 def test_every_prompt_is_the_servers_chat_path_and_both_render_modes_agree(
     tmp_path: Path, name: str, folder: str | None, template: Path | None, variants: list[dict[str, Any]]
@@ -157,6 +158,7 @@ def test_every_prompt_is_the_servers_chat_path_and_both_render_modes_agree(
             assert built["local"]["id"] == rows["id"] and built["local"]["input_ids"] == rows["input_ids"]
 
 
+@pytest.mark.slow
 def test_a_local_rendering_that_differs_from_the_servers_is_refused_before_any_generate(
     tmp_path: Path,
 ) -> None:
@@ -177,6 +179,7 @@ def test_a_local_rendering_that_differs_from_the_servers_is_refused_before_any_g
     assert "on row '" in message and "first difference at token" in message and "here '" in message
 
 
+@pytest.mark.slow
 def test_a_prompt_the_servers_chat_path_refuses_is_skipped_with_its_message(tmp_path: Path) -> None:
     bad = {
         "id": "bad-schema",
@@ -198,6 +201,7 @@ def _turns(*roles: str) -> list[dict[str, str]]:
     return [{"role": role, "content": f"{role} message {i}"} for i, role in enumerate(roles)]
 
 
+@pytest.mark.slow
 def test_local_rendering_keeps_every_turn_the_chat_path_renders_when_a_later_one_is_refused(
     tmp_path: Path,
 ) -> None:
@@ -284,6 +288,7 @@ def kimi_folder(root: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_kimi_style_remote_code_tokenizer_with_thinking_off_renders_and_builds(tmp_path: Path) -> None:
     folder = kimi_folder(tmp_path)
     long_words = "x" * 130  # crosses encode()'s chunks: __call__ would give other ids
@@ -335,6 +340,7 @@ print(repr([list(ids) for ids in rows["input_ids"]]))
 """
 
 
+@pytest.mark.slow
 def test_a_date_printing_template_renders_the_same_prompts_on_two_days_or_is_refused(tmp_path: Path) -> None:
     (tmp_path / "dated.jinja").write_text(DATED)
     write_jsonl(tmp_path / "prompts.jsonl", ROWS[:2])

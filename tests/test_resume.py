@@ -56,6 +56,9 @@ from tests.helpers import (
 from tests.reference.wire import wait_until
 from tests.support.pace import scaled
 
+# Every test here builds, kills or resumes a set against a reference server started for it.
+pytestmark = pytest.mark.slow
+
 
 def _build_command(recipe: Path, work: Path, *extra: str) -> list[str]:
     return [

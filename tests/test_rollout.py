@@ -177,6 +177,7 @@ def _assert_on_policy(url: str, built: datasets.Dataset, rows: list[dict[str, An
 # --- every row is on policy ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_rollout_prompt_is_the_chat_path_of_the_targets_own_history(tmp_path: Path) -> None:
     rows = _chats(6)
     with reference_server(tmp_path, *PARSERS) as (server, ledger):
@@ -199,6 +200,7 @@ def server_text(url: str, ids: list[int]) -> str:
     return str(_post(url, "/detokenize", {"tokens": ids})["text"])
 
 
+@pytest.mark.slow
 def test_a_template_that_keeps_history_verbatim_merges_each_rollout_into_one_row(tmp_path: Path) -> None:
     rows = _chats(30, users=2)  # the reference engine's ids are often not what its text re-tokenizes to:
     with reference_server(tmp_path, "--chat-template", str(VERBATIM), *PARSERS) as (
@@ -270,6 +272,7 @@ def _first_calls(url: str, built: datasets.Dataset, ledger: Path) -> dict[str, l
     return calls
 
 
+@pytest.mark.slow
 def test_matching_tool_calls_continue_with_the_sources_results_and_others_end(tmp_path: Path) -> None:
     users = [
         f"What is the weather like in {city} today?"
@@ -415,6 +418,7 @@ def _requests(ledger: Path, runs: set[str] | None = None) -> Iterator[tuple[tupl
             yield tuple(line["input_ids"]), int(line["sampling_params"]["sampling_seed"])
 
 
+@pytest.mark.slow
 def test_a_rollout_build_killed_at_random_points_resumes_to_the_uninterrupted_set(tmp_path: Path) -> None:
     rows = _chats(16, users=4)
     rng = random.Random(12)
@@ -464,6 +468,7 @@ MIXTURE = [
 ]
 
 
+@pytest.mark.slow
 def test_the_mixture_on_every_row_reproduces_from_the_recipe_and_seed(tmp_path: Path) -> None:
     rows = _chats(16, users=2)
     with reference_server(tmp_path, *PARSERS) as (server, ledger):
@@ -491,6 +496,7 @@ def test_the_mixture_on_every_row_reproduces_from_the_recipe_and_seed(tmp_path: 
     assert 0.70 < drawn[0] / 2000 < 0.80  # weights 3:1
 
 
+@pytest.mark.slow
 def test_greedy_rollouts_are_identical_across_two_builds(tmp_path: Path) -> None:
     rows = [
         *_chats(5),
@@ -508,6 +514,7 @@ def test_greedy_rollouts_are_identical_across_two_builds(tmp_path: Path) -> None
     assert set(first["kind"]) <= {"rollout", "merged"}
 
 
+@pytest.mark.slow
 def test_the_order_turns_get_slots_in_changes_nothing_in_the_set(tmp_path: Path) -> None:
     """Turns with more turns to come take free slots first (issue 26): with one slot every request
     waits in line and that order decides when each is sent; the set is the one a build with room
@@ -522,6 +529,7 @@ def test_the_order_turns_get_slots_in_changes_nothing_in_the_set(tmp_path: Path)
     assert len(_rollouts(one_slot)) == len(rows)
 
 
+@pytest.mark.slow
 def test_server_and_local_rendering_make_the_same_rollouts(tmp_path: Path) -> None:
     rows = _chats(4)
     with reference_server(tmp_path, *PARSERS) as (server, _):
@@ -574,6 +582,7 @@ def test_rollout_and_mixture_settings_are_checked(change: dict[str, Any], field:
     assert caught.value.field == field and message in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_rollout_reuses_the_first_turns_of_a_turns_all_set_and_goes_on_from_their_ids(
     tmp_path: Path,
 ) -> None:
@@ -591,6 +600,7 @@ def test_a_rollout_reuses_the_first_turns_of_a_turns_all_set_and_goes_on_from_th
     assert len(built) > len(first_prompts), "the rollouts went on past the reused turns"
 
 
+@pytest.mark.slow
 def test_rollout_counts_add_up_and_a_missing_tool_call_parser_is_named(tmp_path: Path) -> None:
     """Issue 21 finding 8: the bar ends at 100% on the summary's counts (turns never made because
     their rollout ended early leave the total), rollouts are counted as samples x conversations,

@@ -37,6 +37,7 @@ def _source(rid: str) -> str:
     return rid_row_id(rid).split(":")[0]
 
 
+@pytest.mark.slow
 def test_samples_of_one_prompt_go_to_one_endpoint(tmp_path: Path) -> None:
     write_prompts(tmp_path, 40)
     # 80 ms a request, so both servers get work even on a busy machine; an in-flight limit neither
@@ -61,6 +62,7 @@ def test_samples_of_one_prompt_go_to_one_endpoint(tmp_path: Path) -> None:
     assert {n for names in servers_of.values() for n in names} == {"a", "b"}  # both did work
 
 
+@pytest.mark.slow
 def test_in_flight_default_follows_each_servers_max_running_requests(tmp_path: Path) -> None:
     """From ``--max-running-requests`` when passed; else from what the scheduler really runs
     (``internal_states``), since ``/server_info`` has null for a flag that was not passed."""
@@ -88,6 +90,7 @@ def _build(recipe: Path, tmp_path: Path, name: str) -> Any:
     return build(recipe, cache_dir=tmp_path / f"cache-{name}", run_options=options)
 
 
+@pytest.mark.slow
 def test_behind_a_router_the_set_is_the_same_as_from_the_workers(tmp_path: Path) -> None:
     write_prompts(tmp_path, 30)
     greedy = {"temperature": 0, "max_new_tokens": 24}
@@ -136,6 +139,7 @@ def test_a_server_without_tokenizer_is_used_with_a_warning(
 _LINE = re.compile(r"t: ([\d,]+)/(~?)([\d,]+|\?) rows")  # <recipe name>: <done>/<total> rows
 
 
+@pytest.mark.slow
 def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -160,6 +164,7 @@ def test_log_mode_writes_completed_rows_of_an_estimated_total_with_an_eta(
     assert any("ETA" in line and "tok/s" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_log_mode_is_visible_from_python_without_logging_setup(tmp_path: Path) -> None:
     write_prompts(tmp_path, 40)
     with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2") as (server, _):
@@ -176,6 +181,7 @@ def test_log_mode_is_visible_from_python_without_logging_setup(tmp_path: Path) -
     assert re.search(r"\d+/~?40 rows \(", done.stderr), done.stderr
 
 
+@pytest.mark.slow
 def test_summary_of_a_dropping_recipe_counts_only_the_rows_of_the_set(tmp_path: Path) -> None:
     write_prompts(tmp_path, 12)
     with reference_server(tmp_path) as (server, _):
@@ -216,6 +222,7 @@ def _run_in_terminal(command: list[str], timeout: float = 120) -> tuple[int, str
     return code, re.sub(rb"\x1b\[[0-9;?]*[a-zA-Z]", b"", output).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_the_bar_in_a_terminal_counts_completed_rows_with_rate_and_time_left(tmp_path: Path) -> None:
     write_prompts(tmp_path, 60)
     with reference_server(tmp_path, "--slots", "4", "--ms-per-token", "2") as (server, _):
@@ -236,6 +243,7 @@ def test_the_bar_in_a_terminal_counts_completed_rows_with_rate_and_time_left(tmp
     assert "rows              60" in text  # then the summary
 
 
+@pytest.mark.slow
 def test_prompts_near_the_limit_fit_a_speculative_servers_reserved_slots(tmp_path: Path) -> None:
     """An EAGLE-3 server reserves draft slots per request and counts them with the prompt: the
     client fits prompts and max_new_tokens (and min_new_tokens under it) to what is left."""
@@ -256,6 +264,7 @@ def test_prompts_near_the_limit_fit_a_speculative_servers_reserved_slots(tmp_pat
     assert max(len(ids) for ids in made["input_ids"]) <= 300 - 6  # 6 slots reserved: max(2 x 3, 4)
 
 
+@pytest.mark.slow
 def test_a_server_whose_preferred_sampling_params_would_change_the_rows_is_refused(tmp_path: Path) -> None:
     write_prompts(tmp_path, 4)
     preferred = ("--preferred-sampling-params", '{"ignore_eos": true, "temperature": 0.1}')
@@ -272,6 +281,7 @@ def test_a_server_whose_preferred_sampling_params_would_change_the_rows_is_refus
     assert result.summary.rows == 4 and result.summary.finish_reasons.get("stop", 0) > 0
 
 
+@pytest.mark.slow
 def test_preferred_sampling_params_that_cannot_change_a_row_are_accepted(tmp_path: Path) -> None:
     write_prompts(tmp_path, 3)
     harmless = '{"sampling_seed": 5, "stream_interval": 4, "temperature": 0.1}'  # all sent by every job

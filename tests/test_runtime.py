@@ -66,6 +66,7 @@ def _target(recipe: Path, journals: Path) -> tuple[Target, str]:
 # --- a running event loop ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_load_inside_a_running_event_loop_gives_the_same_set_as_a_plain_call(tmp_path: Path) -> None:
     """As in a notebook cell: ``load`` called from a coroutine while its loop runs."""
     write_prompts(tmp_path, 12)
@@ -162,6 +163,7 @@ def _signal_when(ledger: Path, count: int, sig: int) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "loop"])
 def test_the_hosts_signal_handlers_are_still_installed_after_a_build_and_after_an_interrupted_one(
     tmp_path: Path, mode: str
@@ -231,6 +233,7 @@ print("COMPLETED", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "loop"])
 def test_ctrl_c_through_except_exception_ends_the_script_and_a_rerun_resumes(
     tmp_path: Path, mode: str
@@ -324,6 +327,7 @@ def _many_in_flight_build(
     return subprocess.CompletedProcess(command, build.returncode, out, err), stats, seen
 
 
+@pytest.mark.slow
 def test_a_soft_open_file_limit_of_256_is_raised_for_1024_requests_in_flight(tmp_path: Path) -> None:
     result, stats, seen = _many_in_flight_build(tmp_path, hard=None)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -334,6 +338,7 @@ def test_a_soft_open_file_limit_of_256_is_raised_for_1024_requests_in_flight(tmp
     assert "keeping" not in result.stderr  # not clamped
 
 
+@pytest.mark.slow
 def test_under_a_hard_open_file_limit_of_256_in_flight_requests_are_clamped(tmp_path: Path) -> None:
     result, stats, _ = _many_in_flight_build(tmp_path, hard=256)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -406,6 +411,7 @@ def loop_io(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_LoopIO
     yield _LoopIO(tmp_path / "journals", monkeypatch)
 
 
+@pytest.mark.slow
 def test_no_journal_file_io_runs_on_the_event_loop_thread(tmp_path: Path, loop_io: _LoopIO) -> None:
     """Generations, reuses, skips, flushes, markers, summaries, a Ctrl-C's stop: every journal read,
     write, fsync, lock and close of a build, of its resume and of an interrupted one happens off the

@@ -28,6 +28,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_shards_on_two_servers_merge_into_the_single_process_set(tmp_path: Path) -> None:
     rows = [{"id": f"q{i}", "prompt": f"Question number {i}?"} for i in range(30)]
     write_jsonl(tmp_path / "prompts.jsonl", rows)
@@ -72,6 +73,7 @@ def test_shards_on_two_servers_merge_into_the_single_process_set(tmp_path: Path)
     assert built["id"] == clean["id"] and built["input_ids"] == clean["input_ids"]
 
 
+@pytest.mark.slow
 def test_merge_refuses_an_incomplete_journal(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "prompts.jsonl", [{"id": f"q{i}", "prompt": f"Q{i}?"} for i in range(4)])
     with reference_server(tmp_path) as (server, _):
@@ -105,6 +107,7 @@ def test_shard_split_is_deterministic_and_disjoint() -> None:
         Shard.parse("4/4")
 
 
+@pytest.mark.slow
 def test_a_shard_is_marked_complete_only_once_its_rows_are_on_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -109,6 +109,7 @@ def _two_paths(kind: str, real: Path, tmp_path: Path) -> Iterator[tuple[Path, Pa
             subprocess.run(["umount", str(point)], check=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["bind-mounts", "links"])
 def test_two_shards_through_two_paths_with_readers_scanning_give_the_single_process_set(
     tmp_path: Path, kind: str
@@ -176,6 +177,7 @@ def _dead_pid() -> int:
     return int(child.stdout)
 
 
+@pytest.mark.slow
 def test_a_writer_never_cuts_deletes_or_adopts_another_hosts_files(tmp_path: Path) -> None:
     """Shard 1 of 2 was built by ``otherhost`` (its logs copied in, named after it), which is still
     writing: torn tails on its data and index files, and temporary files of its own. Shard 0 built

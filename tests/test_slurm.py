@@ -104,6 +104,7 @@ def _check(tmp_path: Path, recipe: Path, kept: set[str], restarted: Path, logs: 
     assert built["loss_mask"] == clean["loss_mask"] and len(built) == _PROMPTS == len(delivered)
 
 
+@pytest.mark.slow
 def test_the_scripts_say_what_slurm_must_do(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     shown = _generate(tmp_path, recipe, "--partition", "gpu", "--time", "24:00:00", "--gpus", "8",
@@ -125,6 +126,7 @@ def test_the_scripts_say_what_slurm_must_do(tmp_path: Path) -> None:
     assert "sbatch --dependency=afterok:" in shown
 
 
+@pytest.mark.slow
 def test_the_merge_job_goes_to_its_own_partition(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     _generate(tmp_path, recipe, "--partition", "gpu", "--merge-partition", "cpu", "--gpus", "8")
@@ -147,6 +149,7 @@ def _run_job(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=scaled(60))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_setup_lines_choose_the_interpreter_the_jobs_run(tmp_path: Path) -> None:
     """Issue 21, finding 9: the scripts named this machine's own Python, so ``--setup 'source
     /shared/venv/bin/activate'`` chose nothing. The ``python`` the setup puts first runs both jobs."""
@@ -164,6 +167,7 @@ def test_the_setup_lines_choose_the_interpreter_the_jobs_run(tmp_path: Path) -> 
     assert calls[1].startswith(f"python -m eagle3_raw.cli merge {recipe} --journal-dir")
 
 
+@pytest.mark.slow
 def test_command_names_another_program_and_a_missing_one_is_said(tmp_path: Path) -> None:
     recipe, log = _recipe(tmp_path), tmp_path / "calls.log"
     _recorder(tmp_path / "tools", "site-e3", log)
@@ -200,6 +204,7 @@ def test_a_value_with_a_control_character_never_becomes_a_shell_line(
     assert not (tmp_path / "job" / "shards.sbatch").exists()
 
 
+@pytest.mark.slow
 def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:
     """bash runs the scripts with the variables SLURM would set; ``scontrol`` records the requeue."""
     recipe = _recipe(tmp_path)
@@ -239,6 +244,7 @@ def test_the_job_scripts_under_a_stand_in_for_slurm(tmp_path: Path) -> None:
     _check(tmp_path, recipe, kept, restarted, logs)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_the_array_and_merge_jobs_on_a_real_slurm(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:  # noqa: F811
     recipe = _recipe(tmp_path)

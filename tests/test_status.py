@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eagle3_raw.journal import Journal
 from tests.helpers import generations, reference_server, write_prompts, write_recipe
 from tests.reference.wire import wait_until
@@ -28,6 +30,7 @@ def _status(recipe: Path, journals: Path, *extra: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_status_follows_the_shards_while_they_run(tmp_path: Path) -> None:
     """While the shards run on a slow server (slower on a busy machine: no shard may finish while
     ``status`` starts and samples), then after they are stopped, one finished on a fast server, and
@@ -66,6 +69,7 @@ def test_status_follows_the_shards_while_they_run(tmp_path: Path) -> None:
     assert f" {tokens:,} " in final.splitlines()[-1], final  # the tokens the journal holds
 
 
+@pytest.mark.slow
 def test_status_of_a_recipe_nobody_built_says_so(tmp_path: Path) -> None:
     write_prompts(tmp_path, 3)
     recipe = write_recipe(tmp_path, endpoints=["http://127.0.0.1:9"])
@@ -75,6 +79,7 @@ def test_status_of_a_recipe_nobody_built_says_so(tmp_path: Path) -> None:
     assert done.returncode == 1 and "holds no set of recipe 't'" in done.stderr
 
 
+@pytest.mark.slow
 def test_status_allocates_nothing_per_shard_a_planted_file_claims(tmp_path: Path) -> None:
     """Issue 22, finding 8: an empty file named ``out-0-of-50000000-...`` took 4.7 GB, never finished."""
     write_prompts(tmp_path, 3)

@@ -73,6 +73,7 @@ def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 # --- finding 1: inspect honoured the published trust_remote_code ----------------------------------
 
 
+@pytest.mark.slow
 def test_inspect_runs_no_published_code_unless_the_user_allows_it_pinned(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,6 +91,7 @@ def test_inspect_runs_no_published_code_unless_the_user_allows_it_pinned(
     assert "⟦generated⟧" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_inspect_runs_no_code_of_a_hub_tokenizer_the_published_recipe_names(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -109,6 +111,7 @@ def test_inspect_runs_no_code_of_a_hub_tokenizer_the_published_recipe_names(
     assert marker.exists()  # pinned by the recipe's model.revision, allowed by the user
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokenizer", ["/usr/lib", "~/.aws", "../../../../../../../../../../etc"])
 def test_inspect_reads_no_tokenizer_outside_the_published_repo(
     emulator: HubServer, token: str, tmp_path: Path, victim: Path,
@@ -123,6 +126,7 @@ def test_inspect_reads_no_tokenizer_outside_the_published_repo(
 # --- finding 2: a kept copy of a stranger's recipe --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_kept_copy_of_a_published_recipe_is_refused_by_build_and_push(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,6 +166,7 @@ def test_a_kept_copy_of_a_published_recipe_is_refused_by_build_and_push(
     assert "alice/copy" not in {r.path for r in emulator.requests}
 
 
+@pytest.mark.slow
 def test_a_recipe_planted_in_a_published_recipe_folder_is_refused_too(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -178,6 +183,7 @@ def test_a_recipe_planted_in_a_published_recipe_folder_is_refused_too(
 # --- finding 7: inspect and export --hub within reproduce's bounds -----------------------------------
 
 
+@pytest.mark.slow
 def test_inspect_refuses_a_published_yaml_bomb(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -188,6 +194,7 @@ def test_inspect_refuses_a_published_yaml_bomb(
     assert "expands to more than 100,000 values" in err
 
 
+@pytest.mark.slow
 def test_a_yaml_bomb_in_the_dataset_card_is_refused_before_datasets_reads_it(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -201,6 +208,7 @@ def test_a_yaml_bomb_in_the_dataset_card_is_refused_before_datasets_reads_it(
         export(hub=REPO, layout="specforge", output_dir=tmp_path / "out", cache_dir=tmp_path / "c")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("published", "refused"),
     [
@@ -221,6 +229,7 @@ def test_export_from_the_hub_bounds_the_published_vocabulary_size(
                target_vocab_size=300_000_000)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_export_from_the_hub_refuses_a_huge_published_json_before_fetching_it(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -236,6 +245,7 @@ def test_export_from_the_hub_refuses_a_huge_published_json_before_fetching_it(
 # --- finding 8: data files outside the repo, downloads without a cap -------------------------------
 
 
+@pytest.mark.slow
 def test_a_published_card_cannot_send_datasets_to_another_url(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -258,6 +268,7 @@ def test_a_published_card_cannot_send_datasets_to_another_url(
         assert attacker.requests == []
 
 
+@pytest.mark.slow
 def test_a_hub_prompt_source_cannot_send_datasets_to_another_url(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -276,6 +287,7 @@ def test_a_hub_prompt_source_cannot_send_datasets_to_another_url(
         assert attacker.requests == []
 
 
+@pytest.mark.slow
 def test_reproduce_refuses_a_config_folder_above_the_download_cap_before_fetching(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +307,7 @@ def test_reproduce_refuses_a_config_folder_above_the_download_cap_before_fetchin
 # --- finding 5: push uploads exactly the files the build read, listed first ------------------------
 
 
+@pytest.mark.slow
 def test_push_of_a_prompt_folder_uploads_only_the_files_the_build_read_and_lists_them_first(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -336,6 +349,7 @@ def test_push_of_a_prompt_folder_uploads_only_the_files_the_build_read_and_lists
 ESCAPES = "\x1b[2J\x1b]0;owned\x07\rerror: fake line\u202e"
 
 
+@pytest.mark.slow
 def test_inspect_and_stats_escape_a_published_sets_ids_text_and_reasons(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -365,6 +379,7 @@ def test_inspect_and_stats_escape_a_published_sets_ids_text_and_reasons(
     assert "\x1b" not in out and "stop\\x1b[2J" in out
 
 
+@pytest.mark.slow
 def test_journals_list_escapes_what_a_server_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -391,6 +406,7 @@ def test_journals_list_escapes_what_a_server_reported(
     assert "evil\\x1b[2J" in out and "\x1b" not in out and "\r" not in out and "\u202e" not in out
 
 
+@pytest.mark.slow
 def test_the_set_its_copies_and_the_slurm_scripts_are_the_users_only(tmp_path: Path) -> None:
     """Issue 22, finding 8: the cache, the outputs and the SLURM scripts were world-readable."""
     import os
@@ -445,6 +461,7 @@ def _hostile_rows(emulator: HubServer, token: str, **columns: list[Any]) -> None
         {"split": "train", "path": "haiku/train-*"}]}]})  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("columns", "refused"),
     [
@@ -466,6 +483,7 @@ def test_a_published_set_that_is_not_an_eagle3_raw_set_is_one_line(
         export(hub=REPO, layout="specforge", output_dir=tmp_path / "out", cache_dir=tmp_path / "c")
 
 
+@pytest.mark.slow
 def test_a_published_card_that_declares_a_column_its_files_lack_is_one_line(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -479,6 +497,7 @@ def test_a_published_card_that_declares_a_column_its_files_lack_is_one_line(
     assert "alice/eagle is not an eagle3_raw set: its column 'prompt_len' has null values" in err
 
 
+@pytest.mark.slow
 def test_inspect_shows_an_id_outside_the_vocabulary_as_such(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -489,6 +508,7 @@ def test_inspect_shows_an_id_outside_the_vocabulary_as_such(
     assert "⟦id -1: not in the vocabulary⟧" in out and "⟦id 2147483647: not in the vocabulary⟧" in out
 
 
+@pytest.mark.slow
 def test_corrupt_published_rows_are_one_line(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

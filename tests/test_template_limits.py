@@ -172,6 +172,7 @@ def test_nothing_is_folded_at_compile_time_in_the_renderers_checks(tmp_path: Pat
         renderer.render(conversation)
 
 
+@pytest.mark.slow
 def test_calls_are_counted_and_a_slow_loop_stops_at_its_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
     counted = "{% for i in range(100000) %}{{ 'a'.upper() }}{% endfor %}{% for i in range(100000) %}" \
         "{{ 'b'.upper() }}{% endfor %}{{ 'c'.upper() }}"  # fmt: skip
@@ -261,6 +262,7 @@ def test_a_hostile_template_file_skips_the_rows_with_the_reason(tmp_path: Path) 
     assert peak < 2 * PROMPT_CHARS + 16 * MB
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_build_while_its_template_renders(tmp_path: Path) -> None:
     """Issue 22, finding 4: Ctrl-C and SIGTERM were not honoured while a template rendered (the
     rendering ran on until it ended; one took 829 s). This one takes a minute of CPU per prompt."""

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eagle3_raw.journal.unmade import reason_group
 from eagle3_raw.reference.ledger import read_ledger
 from tests.helpers import generations, reference_server, rid_row_id, write_jsonl, write_recipe
@@ -49,6 +51,7 @@ def _build(work: Path) -> tuple[subprocess.CompletedProcess[str], set[str], int]
     return built, answered, refused
 
 
+@pytest.mark.slow
 def test_journals_rows_lists_exactly_the_failed_and_skipped_rows_with_their_reasons(tmp_path: Path) -> None:
     built, answered, refused = _build(tmp_path)
     assert built.returncode == 4, built.stderr[-3000:]  # rows failed for good
@@ -88,6 +91,7 @@ def _json_rows(config_id: str, work: Path, *flags: str) -> list[dict[str, object
     return [json.loads(line) for line in listed.stdout.splitlines()]
 
 
+@pytest.mark.slow
 def test_the_build_summary_names_reasons_row_ids_and_the_command_that_lists_them(tmp_path: Path) -> None:
     built, answered, _ = _build(tmp_path)
     failed = sorted(set(SHORT) - answered)
@@ -114,6 +118,7 @@ def _list(work: Path) -> subprocess.CompletedProcess[str]:
     return _cli("journals", "list", "--journal-dir", str(work / "j"), "--cache-dir", str(work / "c"))
 
 
+@pytest.mark.slow
 def test_journals_list_counts_failed_and_skipped_rows_and_names_the_command(tmp_path: Path) -> None:
     _, answered, _ = _build(tmp_path)
     failed = len(set(SHORT) - answered)
@@ -124,6 +129,7 @@ def test_journals_list_counts_failed_and_skipped_rows_and_names_the_command(tmp_
     assert f"eagle3-raw journals rows {config_id} lists the {failed + 3} rows not made" in listed.stdout
 
 
+@pytest.mark.slow
 def test_rows_of_a_set_that_is_not_there_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "j").mkdir()
     for config_id in ("t-0000", "../sets", ""):
@@ -132,6 +138,7 @@ def test_rows_of_a_set_that_is_not_there_is_a_clear_error(tmp_path: Path) -> Non
         assert "has no set" in missing.stderr and "journals list" in missing.stderr
 
 
+@pytest.mark.slow
 def test_ended_rollout_turns_are_listed_with_ended(tmp_path: Path) -> None:
     """A rollout cut at max_new_tokens ends: its later turns are ``ended``, each with its row id."""
     turns = [

@@ -101,6 +101,7 @@ def _reproduce(tmp_path: Path, plan: list[str] | None = None, **kwargs: Any) -> 
 # --- finding 1 and 4: the server, the key, the launcher ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_published_server_key_and_launcher_are_never_used(
     emulator: HubServer, token: str, tmp_path: Path, victim: Path
 ) -> None:
@@ -124,6 +125,7 @@ def test_the_published_server_key_and_launcher_are_never_used(
     )
 
 
+@pytest.mark.slow
 def test_the_built_in_server_is_used_only_when_asked_for(
     emulator: HubServer, token: str, tmp_path: Path, victim: Path
 ) -> None:
@@ -161,6 +163,7 @@ def test_a_recipe_file_that_asks_the_launcher_for_more_than_it_documents_is_refu
 # --- finding 2: local files ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("section", "key", "value"),
     [
@@ -188,6 +191,7 @@ def test_a_published_path_outside_the_download_is_refused_and_never_read(
     assert opened == []
 
 
+@pytest.mark.slow
 def test_a_link_out_of_the_download_is_refused(
     emulator: HubServer, token: str, tmp_path: Path, victim: Path
 ) -> None:
@@ -202,6 +206,7 @@ def test_a_link_out_of_the_download_is_refused(
     assert opened == []
 
 
+@pytest.mark.slow
 def test_a_link_inside_a_published_prompt_folder_is_refused(
     emulator: HubServer, token: str, tmp_path: Path, victim: Path
 ) -> None:
@@ -215,6 +220,7 @@ def test_a_link_inside_a_published_prompt_folder_is_refused(
     assert opened == []
 
 
+@pytest.mark.slow
 def test_a_hub_id_that_is_also_a_folder_here_is_refused(
     emulator: HubServer, token: str, tmp_path: Path, victim: Path
 ) -> None:
@@ -235,6 +241,7 @@ def test_a_hub_id_that_is_also_a_folder_here_is_refused(
         shutil.rmtree(Path.cwd() / "data")
 
 
+@pytest.mark.slow
 def test_the_users_own_paths_are_theirs_to_give(emulator: HubServer, token: str, tmp_path: Path) -> None:
     _publish(tmp_path / "r")
     mine = tmp_path / "mine"
@@ -262,6 +269,7 @@ def _evil_tokenizer(marker: Path) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_published_remote_code_runs_only_with_the_flag_and_a_commit(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -285,6 +293,7 @@ def test_published_remote_code_runs_only_with_the_flag_and_a_commit(
     assert "RUNS the tokenizer's Python code: haiku/tok/tokenization_evil.py sha256" in plan[0]
 
 
+@pytest.mark.slow
 def test_a_published_hub_tokenizer_with_remote_code_needs_a_commit_revision(
     emulator: HubServer, token: str, tmp_path: Path
 ) -> None:
@@ -297,6 +306,7 @@ def test_a_published_hub_tokenizer_with_remote_code_needs_a_commit_revision(
 # --- finding 6: what push publishes -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_push_publishes_no_url_credentials(emulator: HubServer, token: str, tmp_path: Path) -> None:
     with reference_server(tmp_path) as (server, _):
         url = server.url.replace("http://", "http://alice:pw-e3raw-5b2e@")
@@ -328,6 +338,7 @@ def test_push_refuses_a_file_outside_the_recipes_folder(
     assert emulator.find_bytes(SECRET) == [] and emulator.find_bytes("messages[0].content") == []
 
 
+@pytest.mark.slow
 def test_the_plan_is_printed_before_anything_is_generated(
     emulator: HubServer, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -353,6 +364,7 @@ def test_the_plan_is_printed_before_anything_is_generated(
     assert "reproducing       alice/eagle@" in capsys.readouterr().err  # by default, on standard error
 
 
+@pytest.mark.slow
 def test_push_publishes_no_local_path_of_the_tokenizer(
     emulator: HubServer, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,6 +48,7 @@ def _lines(out: str) -> dict[str, list[str]]:
     return checks
 
 
+@pytest.mark.slow
 def test_validate_passes_on_the_demo_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_main(capsys, "validate", "demo", *_places(tmp_path))
     checks = _lines(out)
@@ -59,6 +60,7 @@ def test_validate_passes_on_the_demo_recipe(tmp_path: Path, capsys: pytest.Captu
     assert not (tmp_path / "j" / "sets").exists()  # nothing built
 
 
+@pytest.mark.slow
 def test_a_bad_logit_bias_is_caught_by_validate_on_one_small_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -76,6 +78,7 @@ def test_a_bad_logit_bias_is_caught_by_validate_on_one_small_request(
     assert not (tmp_path / "j" / "sets").exists()
 
 
+@pytest.mark.slow
 def test_a_build_with_a_bad_logit_bias_stops_after_the_first_requests_saying_it_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -94,6 +97,7 @@ def test_a_build_with_a_bad_logit_bias_stops_after_the_first_requests_saying_it_
         assert len(requested_rids(ledger)) == 8 + 40  # the stopped build recorded none of its 8 as failed
 
 
+@pytest.mark.slow
 def test_fewer_rows_than_the_watch_all_failing_end_as_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,6 +109,7 @@ def test_fewer_rows_than_the_watch_all_failing_end_as_before(
     assert code == 1 and "produced no rows: 0 generated, 0 skipped, 3 failed" in line, err
 
 
+@pytest.mark.slow
 def test_early_failures_before_a_row_are_kept_once_rows_come(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,6 +124,7 @@ def test_early_failures_before_a_row_are_kept_once_rows_come(
     assert len(generations(ledger)) == 6
 
 
+@pytest.mark.slow
 def test_reasoning_effort_extreme_is_caught_by_validate_and_stops_a_build_early(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -153,6 +159,7 @@ def test_validate_local_contacts_no_server(tmp_path: Path, capsys: pytest.Captur
     assert all(line.startswith("ok ") for line in checks["prompts"] + checks["journal"] + checks["cache"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch", ["reference", "sglang"])
 def test_a_missing_prompt_source_is_reported_before_a_server_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, launch: str

@@ -152,6 +152,7 @@ def run_and_measure(
     return stats
 
 
+@pytest.mark.slow
 def test_fully_loaded_slots_give_utilization_near_one(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "4", "--ms-per-token", "10")
     stats = run_and_measure(server, contract, [body(60)] * 8, concurrency=8)  # two waves of 4 x 0.6 s
@@ -160,6 +161,7 @@ def test_fully_loaded_slots_give_utilization_near_one(launch: Launch, contract: 
     assert stats["utilization"] > 0.75
 
 
+@pytest.mark.slow
 def test_half_loaded_slots_give_utilization_near_one_half(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "4", "--ms-per-token", "10")
     # never more than 2 of 4 slots busy
@@ -169,6 +171,7 @@ def test_half_loaded_slots_give_utilization_near_one_half(launch: Launch, contra
     assert stats["max_queue_depth"] == 0
 
 
+@pytest.mark.slow
 def test_requests_beyond_the_slots_wait_in_a_queue(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "2", "--ms-per-token", "10")
     request(server.url, "/reference/stats/reset")
@@ -179,6 +182,7 @@ def test_requests_beyond_the_slots_wait_in_a_queue(launch: Launch, contract: Mod
     assert get(server.url, "/reference/stats").json()["max_queue_depth"] == 2
 
 
+@pytest.mark.slow
 def test_prefill_costs_uncached_prompt_tokens_only(launch: Launch, contract: ModuleType) -> None:
     server = launch("--slots", "1", "--ms-per-token", "0", "--prefill-ms-per-token", "1")
     sglang = Conformance(server.url, contract)
@@ -197,6 +201,7 @@ def chunk_lengths(events: list[Any]) -> list[int]:
     return [len(e["output_ids"]) for e in events[:-1]]
 
 
+@pytest.mark.slow
 def test_capacity_mode_streams_the_same_chunks(
     launch: Launch, contract: ModuleType, sglang: Conformance
 ) -> None:

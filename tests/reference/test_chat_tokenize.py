@@ -35,6 +35,7 @@ def _assert_same(url: str, oracle: Any, path: str = "/tokenize") -> None:
             assert got == expected, case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/tokenize", "/v1/tokenize"])
 def test_reference_model_renders_as_sglang(server: ReferenceProcess, path: str) -> None:
     _assert_same(server.url, sglang_oracle.chat_server(load_tokenizer()), path)
@@ -49,6 +50,7 @@ def test_body_shape_refusals(server: ReferenceProcess) -> None:
     assert streamed.status == 501 and streamed.json()["type"] == "NotImplementedError"
 
 
+@pytest.mark.slow
 def test_foreign_tokenizer_folder_renders_tokenizes_and_generates(
     launch: Callable[..., ReferenceProcess],
 ) -> None:
@@ -78,6 +80,7 @@ def _generate(url: str, ids: list[int], seed: int) -> list[int]:
     return output_ids
 
 
+@pytest.mark.slow
 def test_chat_template_file_replaces_the_tokenizers(launch: Callable[..., ReferenceProcess]) -> None:
     """gpt-oss's npm tokenizer has no template: refused until ``--chat-template`` gives one.
 

@@ -236,6 +236,7 @@ def test_the_same_rid_twice_in_a_row_is_fine(sglang: Conformance) -> None:
     assert sglang.generate(body).status == sglang.generate(body).status == 200
 
 
+@pytest.mark.slow
 def test_a_rid_in_flight_is_refused(launch: Launch, contract: ModuleType, background: Any) -> None:
     server = slow(launch, contract)
     first = background(server.generate, long_run("same", tokens=100))
@@ -270,6 +271,7 @@ def test_abort_all_ends_running_and_queued_generations(
     }
 
 
+@pytest.mark.slow
 def test_abort_request_matches_the_exact_rid(launch: Launch, contract: ModuleType, background: Any) -> None:
     server = slow(launch, contract)
     running = background(server.ok, long_run("job-1"))  # 3 s of decoding
@@ -282,6 +284,7 @@ def test_abort_request_matches_the_exact_rid(launch: Launch, contract: ModuleTyp
     assert meta["finish_reason"]["type"] == "abort" and 30 <= meta["completion_tokens"] < 300
 
 
+@pytest.mark.slow
 def test_a_full_queue_gets_503(launch: Launch, contract: ModuleType, background: Any) -> None:
     server = slow(launch, contract, "--max-queued-requests", "0")
     running = background(server.ok, long_run(tokens=50))
@@ -297,6 +300,7 @@ def test_a_full_queue_gets_503(launch: Launch, contract: ModuleType, background:
     running.result()
 
 
+@pytest.mark.slow
 def test_a_client_disconnect_aborts_the_generation(launch: Launch, contract: ModuleType) -> None:
     server = slow(launch, contract)
     [outcome] = post_many(server.url, [long_run(tokens=1000)], timeout=0.5)

@@ -45,6 +45,7 @@ def spec(rates: dict[str, float]) -> str:
     return ",".join(f"{name}={rate}" for name, rate in rates.items())
 
 
+@pytest.mark.slow
 def test_fault_rates_are_near_their_settings(launch: Launch) -> None:
     server = launch("--faults", spec(RATES), "--fault-seed", "7")
     outcomes = post_many(server.url, [SMALL] * 2000, concurrency=64, timeout=5.0)
@@ -57,6 +58,7 @@ def test_fault_rates_are_near_their_settings(launch: Launch) -> None:
     assert get(server.url, "/health").status == 200
 
 
+@pytest.mark.slow
 def test_the_fault_sequence_is_reproducible_with_a_seed(launch: Launch) -> None:
     rates = spec({"http500": 0.2, "http503": 0.2, "reset": 0.2, "abort": 0.2})
 
@@ -127,6 +129,7 @@ def test_abort_ends_one_generation_early_with_http_200(launch: Launch) -> None:
     assert len(aborted[0]["output_ids"]) == aborted[0]["meta_info"]["completion_tokens"] < 50
 
 
+@pytest.mark.slow
 def test_hang_never_answers_and_the_server_stays_healthy(launch: Launch) -> None:
     server = launch("--faults", "hang=1")
     assert [o.error for o in post_many(server.url, [SMALL] * 3, timeout=0.5)] == ["timeout"] * 3

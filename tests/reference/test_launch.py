@@ -32,6 +32,7 @@ def test_a_launched_server_answers_and_stops() -> None:
     assert not server.log_path.exists()
 
 
+@pytest.mark.slow
 def test_restart_keeps_the_port_and_the_options() -> None:
     with launch_reference(args=["--context-length", "512"]) as server:
         port, first = server.port, server.process.pid
@@ -40,6 +41,7 @@ def test_restart_keeps_the_port_and_the_options() -> None:
         assert get(server.url, "/v1/models").json()["data"][0]["max_model_len"] == 512
 
 
+@pytest.mark.slow
 def test_the_server_answers_health_within_3_s_of_its_start() -> None:
     """The issue's startup budget; the best of two launches, so one slow moment on CI does not fail it."""
     seconds = []
@@ -68,6 +70,7 @@ def test_the_start_up_limit_is_a_recipe_setting_with_a_generous_default(tmp_path
                              "server.startup_timeout": 60})  # fmt: skip
 
 
+@pytest.mark.slow
 def test_kill_stops_the_server_at_once_and_restart_brings_it_back(contract: ModuleType) -> None:
     with launch_reference() as server:
         server.kill()

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from eagle3_raw.launching.reference import ReferenceProcess
 from eagle3_raw.reference.ledger import Ledger, read_ledger
 from tests.reference.conformance import Conformance, check_object, check_outcomes
@@ -82,6 +84,7 @@ def test_a_ledger_line_keeps_the_request_as_received(
     assert line["port"] == server.port and line["endpoint"] == "/generate" and line["time"] > 0
 
 
+@pytest.mark.slow
 def test_the_ledger_marks_what_never_reached_the_client(launch: Launch, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.jsonl"
     server = launch("--ledger", str(ledger), "--faults", "reset=0.3,hang=0.1,abort=0.2", "--fault-seed", "5")
@@ -100,6 +103,7 @@ def test_the_ledger_marks_what_never_reached_the_client(launch: Launch, tmp_path
     assert all(line["delivered"] for line in lines if line["fault"] == "abort")
 
 
+@pytest.mark.slow
 def test_a_restarted_server_appends_to_the_same_ledger(
     launch: Launch, contract: ModuleType, tmp_path: Path
 ) -> None:

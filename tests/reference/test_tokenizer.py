@@ -157,6 +157,7 @@ def _load_build_script() -> Any:
     return module
 
 
+@pytest.mark.slow
 def test_build_script_reproduces_the_committed_files(tmp_path: Path) -> None:
     _load_build_script().build(tmp_path)
     committed = sorted(p.name for p in reference_model_dir().iterdir() if p.is_file())
