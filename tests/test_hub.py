@@ -331,7 +331,7 @@ def test_push_and_reproduce_in_a_fresh_process(hub_server: HubServer, tmp_path: 
     """The most faithful client setup: HF_ENDPOINT read at import, nothing patched in process."""
     script = (
         "import argparse, sys\n"
-        "from eagle3_raw import hub_cli\n"
+        "from eagle3_raw.cli import hub as hub_cli\n"
         "parser = argparse.ArgumentParser()\n"
         "sub = parser.add_subparsers(required=True)\n"
         "hub_cli.add_push(sub), hub_cli.add_reproduce(sub)\n"
