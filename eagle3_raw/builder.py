@@ -41,8 +41,16 @@ VERSION = datasets.Version("1.1.0")
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(
-    {"journal_dir", "retry_failed", "progress", "log_interval", "generate", "partial", "disk_wait",
-     "early_stop"}
+    {
+        "journal_dir",
+        "retry_failed",
+        "progress",
+        "log_interval",
+        "generate",
+        "partial",
+        "disk_wait",
+        "early_stop",
+    }
 )
 
 
@@ -173,7 +181,6 @@ def journal_tables(root: Path, config_id: str, recipe: Recipe) -> Iterator[tuple
     tables. Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``.
     """
     from datasets.builder import Key
-
 
     rows = 0
     with Journal.read(root, config_id) as journal:

@@ -165,8 +165,6 @@ def check_numbers(recipe: Recipe) -> None:
             raise RecipeError(dotted, value, f"expected at most {maximum:,}")
 
 
-
-
 def check_regular_file(field: str, path: Path, limit: int) -> None:
     """RecipeError unless ``path`` is a regular file of at most ``limit`` bytes."""
     try:
@@ -177,9 +175,3 @@ def check_regular_file(field: str, path: Path, limit: int) -> None:
         raise RecipeError(field, str(path), "expected a regular file (not a device, a pipe or a folder)")
     if info.st_size > limit:
         raise RecipeError(field, str(path), f"is {info.st_size:,} bytes; at most {limit:,} are read")
-
-
-
-
-
-

@@ -81,7 +81,6 @@ def _built(
 ) -> OpenedSet:  # fmt: skip
     import datasets
 
-
     recipe = load_recipe(target, overrides)
     register()
     cache = str(cache_dir) if cache_dir is not None else None
@@ -168,7 +167,6 @@ def _tokenizer_folder(path: Path, name: str) -> str | None:
 
 def _load_tokenizer(name: str, revision: str | None, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
-
 
     source = str(reference_model_dir()) if name == REFERENCE_TOKENIZER else name
     local = name == REFERENCE_TOKENIZER or Path(name).is_dir()

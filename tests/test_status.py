@@ -86,12 +86,30 @@ def test_status_allocates_nothing_per_shard_a_planted_file_claims(tmp_path: Path
     journals = tmp_path / "journals"
     with reference_server(tmp_path) as (server, _):
         recipe = write_recipe(tmp_path, endpoints=[server.url])
-        built = subprocess.run([sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet",
-                                "--journal-dir", str(journals)], capture_output=True, text=True, timeout=120)
+        built = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "eagle3_raw.cli",
+                "build",
+                str(recipe),
+                "--quiet",
+                "--journal-dir",
+                str(journals),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert built.returncode == 0, built.stderr[-2000:]
         (directory,) = (journals / "sets").iterdir()
-        for name in ("out-0-of-50000000-evil.bin", "out-0-of-50000000-evil.idx",
-                     "complete-3-of-99999999.json", f"out-{'9' * 200}-of-2-evil.bin", "out-5-of-2-evil.bin"):
+        for name in (
+            "out-0-of-50000000-evil.bin",
+            "out-0-of-50000000-evil.idx",
+            "complete-3-of-99999999.json",
+            f"out-{'9' * 200}-of-2-evil.bin",
+            "out-5-of-2-evil.bin",
+        ):
             (directory / name).write_bytes(b"")
         done = subprocess.run(
             [sys.executable, "-m", "eagle3_raw.cli", "status", str(recipe), "--journal-dir", str(journals),

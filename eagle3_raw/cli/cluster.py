@@ -28,7 +28,6 @@ def add_cluster(sub: SubParsers) -> None:
 
 
 def _add_slurm(sub: SubParsers) -> None:
-
     parser = sub.add_parser(
         "slurm", help="write (and --submit) a SLURM array job of the recipe's shards, and a merge job",
         description="Write JOB_DIR/shards.sbatch (an array: one shard per task, each starting its node's "
@@ -68,7 +67,6 @@ def _add_slurm(sub: SubParsers) -> None:
 def _slurm(args: argparse.Namespace) -> int:
     import shlex
 
-
     recipe = load_recipe(args.recipe, args.overrides)  # checked here, not on the nodes
     push = ["--repo", args.push, *(["--tag", args.tag] if args.tag else []),
             *(["--private"] if args.private else [])] if args.push else []  # fmt: skip
@@ -99,7 +97,6 @@ def _slurm(args: argparse.Namespace) -> int:
 
 
 def _add_ray(sub: SubParsers) -> None:
-
     parser = sub.add_parser(
         "ray", help="run the recipe's shards as tasks on a Ray cluster, then merge",
         description="One Ray task per shard (each starting its own server with server.launch: sglang, "
@@ -137,7 +134,6 @@ def _ray(args: argparse.Namespace) -> int:
 
 
 def _add_status(sub: SubParsers) -> None:
-
     parser = sub.add_parser(
         "status", help="per shard and in total: rows done, failed, tokens, rate and ETA, from the journal",
         description="Read the recipe's sets in the (shared) journal while the shards run; sends nothing.",

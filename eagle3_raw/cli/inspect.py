@@ -78,7 +78,6 @@ def run_inspect(args: argparse.Namespace) -> int:
     """Handler of ``inspect``."""
     from rich.console import Console
 
-
     if args.limit < 1:
         raise FatalError(f"--limit {args.limit}: expected at least 1")
     opened = open_set(

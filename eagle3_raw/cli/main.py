@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace], int]
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``eagle3-raw``; returns the process exit code."""
     args = build_parser().parse_args(argv)
@@ -102,10 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
-
-
 def _add_build(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("build", help="generate a recipe's set into the datasets cache")
     add_recipe_arguments(parser)
@@ -141,8 +136,6 @@ def _add_merge(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="merge even if some shard has not finished: the set is marked partial (its own config id)",
     )  # fmt: skip
     parser.set_defaults(handler=_merge)
-
-
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -209,8 +202,6 @@ def build_dataset(
     check_writable(cache, "datasets cache")
     with cache_errors(cache):
         return build(recipe, overrides=overrides, cache_dir=cache_dir, run_options=run_options)
-
-
 
 
 def _add_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -47,7 +47,6 @@ def run_stats(args: argparse.Namespace) -> int:
     """Handler of ``stats``."""
     from rich.console import Console
 
-
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
         journal_dir=args.journal_dir,

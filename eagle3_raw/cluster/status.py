@@ -131,7 +131,6 @@ class SetWatcher:
         """Take in ``path``'s new entries; returns the generation digests of its new rows."""
         import numpy as np
 
-
         entries = read_entries(path.with_suffix(".idx"))[self._consumed.get(path.name, 0) :]
         self._consumed[path.name] = self._consumed.get(path.name, 0) + len(entries)
         if not len(entries):
@@ -212,7 +211,6 @@ class SetWatcher:
 def _packed(key1: Any) -> npt.NDArray[np.int64]:
     import numpy as np
 
-
     keys = key1.view("V16").view([("index", "<i8"), ("turn", "<i4"), ("sample", "<i4")])
     packed: npt.NDArray[np.int64] = pack_keys(
         keys["index"], keys["turn"].astype(np.int64), keys["sample"].astype(np.int64)
@@ -242,7 +240,6 @@ def _rates(scan: _ShardScan, status: ShardStatus, now: float) -> None:
 def _locked(path: Path) -> bool:
     """True when a process holds the lock file ``path`` (one that does not exist is not held)."""
     import os
-
 
     if not path.exists():
         return False

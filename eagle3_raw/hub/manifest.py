@@ -132,7 +132,6 @@ def _versions() -> dict[str, str]:
     import datasets
     import huggingface_hub
 
-
     return {
         "eagle3_raw": __version__,
         "datasets": datasets.__version__,

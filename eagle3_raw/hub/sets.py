@@ -53,7 +53,6 @@ def scan_set(dataset: datasets.Dataset) -> SetScan:
     """Lengths and finish reasons of every row, read in Arrow batches (ids are never materialized)."""
     import pyarrow.compute as pc
 
-
     prompts: list[np.ndarray] = []
     totals: list[np.ndarray] = []
     generated: list[np.ndarray] = []

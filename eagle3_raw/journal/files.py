@@ -273,5 +273,3 @@ def open_shared_use(root: Path) -> int:
     fd = open_gc_lock(root)
     fcntl.flock(fd, fcntl.LOCK_SH)
     return fd
-
-

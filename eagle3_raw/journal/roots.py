@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 
-
 @dataclass(frozen=True)
 class SetInfo:
     """One set of a journal root, as :func:`list_sets` describes it."""
@@ -325,7 +324,6 @@ def collect_garbage(root: Path, *, _locked: bool = False) -> int:
 
 def _needed_digests(root: Path) -> npt.NDArray[Any]:
     import numpy as np
-
 
     parts = []
     for folder in subfolders(root / "sets"):

@@ -253,7 +253,6 @@ class Journal:
         """Packed keys with an outcome that counts: a row whose generation is in the store, or a
         failure (what a shard's completion marker counted)."""
 
-
         entries = self.sets.entries()
         return union_keys(self.done_keys(), entries.packed[entries.kind == FAILURE])
 
@@ -263,7 +262,6 @@ class Journal:
         """Packed keys whose current failure is of one of ``kinds`` (``failed``: not asked again
         unless --retry-failed; ``ended``: a rollout's turns after its end)."""
         import numpy as np
-
 
         failed = [pack_key(f["key"]) for f in self.sets.failures(done=done) if f["kind"] in kinds]
         return union_keys(np.array(failed, np.int64))

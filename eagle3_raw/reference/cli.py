@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's options; SGLang's names where SGLang has the option."""
     sglang = parser.add_argument_group("SGLang server options")

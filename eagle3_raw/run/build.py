@@ -342,7 +342,6 @@ class _Build:
     def _planner(self, journal: Journal, renderer: Renderer) -> Planner:
         import numpy as np
 
-
         index = journal.generation_index()
         done = journal.done_keys(index)
         failed = journal.failed_keys(done)

@@ -200,8 +200,6 @@ class ServerChecks:
         return True
 
 
-
-
 def check_preferred_sampling(identity: sglang.ServerIdentity, sent: Mapping[str, Any]) -> None:
     """ServerMismatch if the server's ``--preferred-sampling-params`` would fill in keys our requests
     leave out: the rows would change without the recipe (or its fingerprint) changing."""
@@ -245,7 +243,6 @@ def sample_conversations(recipe: Recipe, *, scan: int = 200, most: int = 12) -> 
     """Real conversations from the start of the source to check rendering on: those with tools,
     those with several assistant turns, those with reasoning, then the first others."""
     import itertools
-
 
     rows = [c for c in itertools.islice(iter_conversations(recipe), scan) if isinstance(c, Conv)]
 

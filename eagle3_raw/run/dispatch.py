@@ -376,8 +376,6 @@ class Dispatcher:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-
-
 async def room_in_journal(journal: Journal, limit: float, stop: threading.Event | None = None) -> None:
     """Return once the journal's disk has room (at once when it has). Raises
     :class:`~eagle3_raw.errors.JournalFull` once it has had none for ``limit`` seconds, and

@@ -82,10 +82,6 @@ class _NotChecked(Exception):
     """A check that cannot be made here; its message says why."""
 
 
-
-
-
-
 def validate(
     source: str | Path | Mapping[str, Any] | Recipe, overrides: Sequence[str] | Mapping[str, Any] = (), *,
     local: bool = False, journal_dir: Path | None = None, cache_dir: Path | None = None,

@@ -103,7 +103,6 @@ def check_whole(set_dir: Path, keys: npt.NDArray[np.int64] | None = None) -> int
 def _check_counts(set_dir: Path, count: int, keys: npt.NDArray[np.int64] | None) -> None:
     import numpy as np
 
-
     if keys is None:
         keys = np.unique(SetJournal.read(set_dir).entries().packed)
     indexes = keys >> 24

@@ -106,8 +106,6 @@ def _name(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-
-
 async def ask_identities(
     recipe: Recipe, api_key: str | None, urls: Sequence[str]
 ) -> tuple[list[ServerIdentity], list[BaseException], str]:

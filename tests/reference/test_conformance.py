@@ -18,9 +18,19 @@ from tests.reference.wire import request
 EOS = 6139
 TOKENIZER = load_raw_tokenizer()
 META_KEYS = [
-    "id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
-    "completion_tokens", "cached_tokens", "weight_versions", "cached_tokens_details", "dp_rank",
-    "e2e_latency", "response_sent_to_client_ts",
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "reasoning_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "weight_versions",
+    "cached_tokens_details",
+    "dp_rank",
+    "e2e_latency",
+    "response_sent_to_client_ts",
 ]  # fmt: skip  (the real SGLang's order: tests/real_sglang/test_conformance.py)
 TIMING_KEYS = ("e2e_latency", "response_sent_to_client_ts", "id")
 
