@@ -37,14 +37,7 @@ from eagle3_raw.recipe.loading import (
     read_yaml,
     yaml_problem,
 )
-from eagle3_raw.recipe.sampling import (
-    MANAGED_SAMPLING_KEYS,
-    SGLANG_OPTIONAL_SAMPLING_DEFAULTS,
-    SGLANG_OPTIONAL_SAMPLING_KEYS,
-    SGLANG_SAMPLING_DEFAULTS,
-    canonical_params,
-    is_greedy,
-)
+from eagle3_raw.recipe.sampling import canonical_params, is_greedy
 from eagle3_raw.recipe.schema import (
     ExportConfig,
     Merge,
@@ -62,6 +55,12 @@ from eagle3_raw.recipe.schema import (
     Turns,
 )
 from eagle3_raw.recipe.values import MAX_MIXTURE, check_url
+from eagle3_raw.sglang.sampling import (
+    MANAGED_SAMPLING_KEYS,
+    SGLANG_OPTIONAL_SAMPLING_DEFAULTS,
+    SGLANG_OPTIONAL_SAMPLING_KEYS,
+    SGLANG_SAMPLING_DEFAULTS,
+)
 
 __all__ = [
     "KEPT_COPY_MARK",

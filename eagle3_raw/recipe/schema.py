@@ -24,8 +24,9 @@ from eagle3_raw.recipe import values
 from eagle3_raw.recipe.fields import choice, custom, flag, integer, mapping, seconds, section, strings, text
 from eagle3_raw.recipe.fingerprint import REFERENCE_TOKENIZER, fingerprint, recipe_to_dict, tokenizer_path
 from eagle3_raw.recipe.localfiles import check_local_files
-from eagle3_raw.recipe.sampling import SGLANG_SAMPLING_DEFAULTS, is_greedy
+from eagle3_raw.recipe.sampling import is_greedy
 from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+from eagle3_raw.sglang.sampling import SGLANG_SAMPLING_DEFAULTS
 
 PromptFormat = Literal["auto", "sharegpt", "openai", "prompt"]
 Turns = Literal["last", "all", "rollout"]

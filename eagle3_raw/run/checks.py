@@ -23,11 +23,11 @@ from eagle3_raw.errors import (
     ServerMismatch,
     ServerUnreachable,
 )
-from eagle3_raw.recipe import MANAGED_SAMPLING_KEYS
 from eagle3_raw.run.render import generation_points
 from eagle3_raw.run.retry import backoff
 from eagle3_raw.run.target import cannot_render, target_of
 from eagle3_raw.sglang import client as sglang
+from eagle3_raw.sglang.sampling import MANAGED_SAMPLING_KEYS
 from eagle3_raw.source.prompts import Conversation as Conv
 from eagle3_raw.source.prompts import iter_conversations
 
