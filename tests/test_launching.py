@@ -20,10 +20,10 @@ import pytest
 
 import eagle3_raw
 from eagle3_raw.errors import RecipeError, ServerUnreachable
-from eagle3_raw.launching.command import sglang_command
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.run.build import journal_dir_for
+from eagle3_raw.sglang.launch import sglang_command
 from tests.helpers import (
     generations,
     launched_port,

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from eagle3_raw.launching.command import launch_digest
 from eagle3_raw.launching.sglang import start_sglang
+from eagle3_raw.sglang.launch import launch_digest
 
 if TYPE_CHECKING:
     from eagle3_raw.launching.process import LaunchedServer

@@ -3,7 +3,7 @@
 The key, if the recipe has one (``server.api_key_env``), goes into a 0600 YAML file passed as
 ``--config`` and removed once the server has started (SGLang reads it at start-up); the command
 line carries no secret. Each set's manifest keeps, under ``launches``, the launch configurations
-it was built with (by :func:`~eagle3_raw.launching.command.launch_digest`) and the command each
+it was built with (by :func:`~eagle3_raw.sglang.launch.launch_digest`) and the command each
 ran (redacted): that record is how a later load finds the set's target without a GPU
 (:mod:`eagle3_raw.launching.target`).
 """
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eagle3_raw.launching.command import launch_digest, sglang_command, shown
 from eagle3_raw.launching.process import LaunchedServer, LaunchSpec, start_server
+from eagle3_raw.sglang.launch import launch_digest, sglang_command, shown
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal

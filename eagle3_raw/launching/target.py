@@ -8,7 +8,7 @@ pool allows, the slots speculative decoding reserves), and only the server knows
 guess that differs from the live server would fail every run's identity check. So:
 
 - a set of this recipe (same name and fingerprint) whose manifest records this launch
-  configuration (:func:`~eagle3_raw.launching.command.launch_digest`) and that is whole gives its
+  configuration (:func:`~eagle3_raw.sglang.launch.launch_digest`) and that is whole gives its
   target, and nothing starts: a load of a finished set, a merge or a push on a node without a GPU
   never starts SGLang. A merge (``generate=False``) also takes a set that is not whole yet (it then
   says which shards are missing);
@@ -26,13 +26,13 @@ from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import set_dir
 from eagle3_raw.journal.manifest import update_manifest
 from eagle3_raw.journal.roots import sets_of
-from eagle3_raw.launching.command import launch_digest
 from eagle3_raw.launching.held import hold
 from eagle3_raw.launching.sglang import adding_launch
 from eagle3_raw.run.preflight import check_before_launch
 from eagle3_raw.run.runtime import run_sync
 from eagle3_raw.run.shards import whole_count
 from eagle3_raw.run.target import ask_identities, choose_render, target_of, with_rollout_parsers
+from eagle3_raw.sglang.launch import launch_digest
 
 if TYPE_CHECKING:
     from eagle3_raw.identity import Target

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3_raw.errors import RecipeError
-from eagle3_raw.launching.command import check_sglang_launch
 from eagle3_raw.recipe.fields import MISSING, did_you_mean, is_int, is_number
 from eagle3_raw.recipe.parsing import At, read_section
 from eagle3_raw.recipe.sampling import check_min_new_tokens, checked_params
+from eagle3_raw.sglang.launch import check_sglang_launch
 
 MAX_MIXTURE = 64
 """The most components a sampling mixture may have."""
