@@ -7,7 +7,9 @@
   :mod:`~eagle3_raw.sglang.status` what each HTTP status means for a run;
 - :mod:`~eagle3_raw.sglang.chatpath`, :mod:`~eagle3_raw.sglang.chatrequest`,
   :mod:`~eagle3_raw.sglang.chatschema`: its chat path as a library (messages to prompt ids);
-- :mod:`~eagle3_raw.sglang.parsers`: its reasoning and tool-call output parsers.
+- :mod:`~eagle3_raw.sglang.parsers`: its reasoning and tool-call output parsers;
+- :mod:`~eagle3_raw.sglang.sampling`: its ``sampling_params`` defaults and keys;
+- :mod:`~eagle3_raw.sglang.launch`: its launch command and the flags eagle3_raw manages.
 
 An SGLang upgrade changes this package; a second engine implements the same boundary.
 """
