@@ -47,7 +47,7 @@ from eagle3_raw.errors import (
 from eagle3_raw.rows import row_id
 from eagle3_raw.run.earlystop import EarlyStop
 from eagle3_raw.run.plan import Job, Pending, Planned, Reuse, Rollout, Skip
-from eagle3_raw.run.retry import Stopping, backoff
+from eagle3_raw.run.retry import Stopping, retried
 from eagle3_raw.run.rollout import RolloutRunner
 from eagle3_raw.sglang import client as sglang
 
@@ -172,21 +172,18 @@ class Dispatcher:
                 f"source row {index} needs the server (its prompt or its previous turn's message), but no "
                 "endpoint answers; everything made so far is journaled: start the server and run again"
             )
-        last: RetryableError | None = None
-        for attempt in range(self.recipe.server.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(backoff(attempt))
-            endpoint = None
+
+        session = self.session
+
+        async def attempt(_: int) -> T:
+            endpoint = self._endpoint_for(index)
             try:
-                endpoint = self._endpoint_for(index)
-                return await call(self.session, endpoint.url)
-            except RetryableError as exc:
-                if self.stop.is_set():
-                    raise Stopping from exc
-                if endpoint is not None:
-                    self._forget_endpoint(index, endpoint)
-                last = exc
-        raise RetriesExhausted(f"{self.recipe.server.max_retries + 1} attempts failed; last: {last}")
+                return await call(session, endpoint.url)
+            except RetryableError:
+                self._forget_endpoint(index, endpoint)
+                raise
+
+        return await retried(attempt, retries=self.recipe.server.max_retries, stop=self.stop)
 
     def _endpoint_for(self, index: int) -> Endpoint:
         assert self.pool is not None
@@ -273,28 +270,27 @@ class Dispatcher:
     async def _attempts(
         self, job: Job, priority: tuple[int, int | None]
     ) -> tuple[sglang.Generation, int] | Skip | None:
-        last: RetryableError | None = None
-        for attempt in range(self.recipe.server.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(backoff(attempt))
-            try:
-                return await self._attempt(job, attempt, priority), attempt + 1
-            except RetryableError as exc:
-                if self.stop.is_set():
-                    return None  # stopping: aborted on purpose, not a failure of this row
-                last = exc
-                log.debug("%s attempt %d: %s", job.row_id, attempt, exc)
-            except RowError as exc:
-                exc.row_id = job.row_id
-                skip = Skip.from_error(job.key, exc)
-                self.record_skip(skip)
-                return skip
-        attempts = self.recipe.server.max_retries + 1
-        reason = f"{attempts} attempt{'s' if attempts > 1 else ''} failed; last: {last}"
-        skip = Skip.from_error(job.key, RetriesExhausted(reason, row_id=job.row_id))
-        self.record_skip(skip)
-        return skip
+        def counted(_: int) -> None:
+            self.stats.retries += 1
+
+        def logged(number: int, exc: RetryableError) -> None:
+            log.debug("%s attempt %d: %s", job.row_id, number, exc)
+
+        async def attempt(number: int) -> tuple[sglang.Generation, int]:
+            return await self._attempt(job, number, priority), number + 1
+
+        try:
+            return await retried(
+                attempt, retries=self.recipe.server.max_retries, stop=self.stop, on_retry=counted,
+                on_failure=logged,
+            )  # fmt: skip
+        except Stopping:
+            return None  # stopping: aborted on purpose, not a failure of this row
+        except RowError as exc:  # refused for good, or every attempt failed (RetriesExhausted)
+            exc.row_id = job.row_id
+            skip = Skip.from_error(job.key, exc)
+            self.record_skip(skip)
+            return skip
 
     async def _attempt(self, job: Job, attempt: int, priority: tuple[int, int | None]) -> sglang.Generation:
         assert self.pool is not None and self.session is not None
