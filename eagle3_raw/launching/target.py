@@ -80,7 +80,7 @@ def _ask(recipe: Recipe, url: str, api_key: str | None) -> Target:
     if errors:
         raise errors[0]
     target = choose_render(recipe, target_of(identities, "launch"), cannot)
-    return with_rollout_parsers(recipe, target, identities[0].server_info)
+    return with_rollout_parsers(recipe, target, identities[0])
 
 
 def recorded_launch_target(recipe: Recipe, root: Path, *, whole_only: bool) -> Target | None:

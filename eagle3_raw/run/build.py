@@ -560,7 +560,7 @@ def server_facts(identity: sglang.ServerIdentity, renderer: Renderer) -> dict[st
     tokenizer = renderer.identity()
     return {
         **identity.comparable(),
-        "tokenizer_path": str(identity.model_info.get("tokenizer_path") or ""),
+        "tokenizer_path": identity.tokenizer_path,
         "tokenizer_hash": f"{tokenizer['tokenizer_sha256']}:{tokenizer['chat_template_sha256']}",
         "tokenizer": tokenizer,
         "model_info": dict(identity.model_info),
@@ -647,13 +647,13 @@ def resolve_target(
             else ""
         )
         target = choose_render(recipe, target_of([identity], "reference"), cannot)
-        return with_rollout_parsers(recipe, target, identity.server_info)
+        return with_rollout_parsers(recipe, target, identity)
     if recipe.server.launch == "sglang":
         return launched_target(recipe, journal_root, api_key=api_key, generate=generate)
     identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, recipe.server.endpoints))
     if identities:
         target = choose_render(recipe, target_of(identities), cannot)
-        return with_rollout_parsers(recipe, target, identities[0].server_info)
+        return with_rollout_parsers(recipe, target, identities[0])
     recorded = recorded_target(recipe, journal_root)
     if recorded is None:
         raise ServerUnreachable(

@@ -115,7 +115,7 @@ class ServerChecks:
         """ServerMismatch unless the server's ``/tokenize`` agrees with our tokenizer on a probe text,
         or the check cannot be made at all (``--skip-tokenizer-init``, no ``/tokenize``)."""
         url = identity.url
-        if identity.server_info.get("skip_tokenizer_init") is True:
+        if identity.skips_tokenizer_init:
             log.warning("%s runs with --skip-tokenizer-init: its tokenizer cannot be compared with %r; "
                         "make sure they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
             return

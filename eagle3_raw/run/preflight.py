@@ -186,7 +186,7 @@ class Validation:
         if self.recipe.server.launch != "reference":
             raise _NotChecked("the server's /server_info names the tool-call parser (a server check)")
 
-        reported = reference_identity(self.recipe.server.launch_args).server_info.get("tool_call_parser")
+        reported = reference_identity(self.recipe.server.launch_args).tool_call_parser
         return _parser_found(reported, "the reference server")
 
     def journal(self) -> str:
@@ -240,8 +240,7 @@ class Validation:
     async def _target(self, session: aiohttp.ClientSession, identities: list[ServerIdentity]) -> Target:
         target = target_of(identities)  # one model on every endpoint, else ServerMismatch
         cannot = await cannot_render(session, identities[0], self.recipe.server.connect_timeout)
-        target = with_rollout_parsers(self.recipe, choose_render(self.recipe, target, cannot),
-                                      identities[0].server_info)  # fmt: skip
+        target = with_rollout_parsers(self.recipe, choose_render(self.recipe, target, cannot), identities[0])
         for identity in identities:
             check_preferred_sampling(identity, self.recipe.sampling.request_params())
         return target

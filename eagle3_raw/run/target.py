@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,18 +92,14 @@ def reference_identity(launch_args: Sequence[str]) -> ServerIdentity:
     return identity_from("reference", model_info, server_info, max_model_len)
 
 
-def with_rollout_parsers(recipe: Recipe, target: Target, server_info: Mapping[str, Any]) -> Target:
+def with_rollout_parsers(recipe: Recipe, target: Target, identity: ServerIdentity) -> Target:
     """For ``turns: rollout``: ``target`` with the parsers that split the target's turns, the
     recipe's ``rollout`` names or else those the server's chat API uses (``/server_info``)."""
     if recipe.turns != "rollout":
         return target
-    reasoning = recipe.rollout.reasoning_parser or _name(server_info.get("reasoning_parser"))
-    tools = recipe.rollout.tool_call_parser or _name(server_info.get("tool_call_parser"))
+    reasoning = recipe.rollout.reasoning_parser or identity.reasoning_parser
+    tools = recipe.rollout.tool_call_parser or identity.tool_call_parser
     return target.with_parsers(reasoning, tools)
-
-
-def _name(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 async def ask_identities(
@@ -137,7 +133,7 @@ async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) 
     render can be slow. ServerUnreachable after :data:`PROBE_ATTEMPTS`: no answer says nothing
     about what the server can render, so it never turns into local rendering. An answer that is an
     error (any status) says the server cannot render."""
-    if identity.server_info.get("skip_tokenizer_init") is True:
+    if identity.skips_tokenizer_init:
         return "it runs with --skip-tokenizer-init"
     last: RequestTimeout | ConnectError | None = None
     for attempt in range(PROBE_ATTEMPTS):

@@ -88,6 +88,26 @@ class ServerIdentity:
         }
 
     @property
+    def skips_tokenizer_init(self) -> bool:
+        """``--skip-tokenizer-init``: the server neither tokenizes nor renders (``/server_info``)."""
+        return self.server_info.get("skip_tokenizer_init") is True
+
+    @property
+    def reasoning_parser(self) -> str | None:
+        """``--reasoning-parser`` as ``/server_info`` reports it (None when unset)."""
+        return _name(self.server_info.get("reasoning_parser"))
+
+    @property
+    def tool_call_parser(self) -> str | None:
+        """``--tool-call-parser`` as ``/server_info`` reports it (None when unset)."""
+        return _name(self.server_info.get("tool_call_parser"))
+
+    @property
+    def tokenizer_path(self) -> str:
+        """The tokenizer ``/model_info`` says the server loaded ("" when it does not say)."""
+        return str(self.model_info.get("tokenizer_path") or "")
+
+    @property
     def token_budget(self) -> int | None:
         """Prompt plus ``max_new_tokens`` the server accepts: the context length less the reserved
         slots (SGLang refuses more with a 400), if known."""
@@ -491,3 +511,7 @@ async def detokenize(
     if not isinstance(text, str):
         raise InvalidResponse(f"{public_url(url)}/detokenize returned no text", url=public_url(url))
     return text
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
