@@ -264,8 +264,20 @@ class Dispatcher:
             await room_in_journal(self.journal, self.disk_wait, self.stop)
         except Stopping:
             return None
+        except JournalFull:
+            await self._in_flight_done()
+            raise
         async with self.early.slot():
             return await self._attempts(job, (priority, drain_priority))
+
+    async def _in_flight_done(self) -> None:
+        """Wait (a request timeout at most) until no request is in flight. The run is about to stop
+        for a full journal disk: the answers already on their way are held and spilled with the
+        rest, instead of being cut off and asked for again by the rerun."""
+        assert self.pool is not None
+        deadline = time.monotonic() + self.recipe.server.request_timeout
+        while any(e.in_flight for e in self.pool.endpoints) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     async def _attempts(
         self, job: Job, priority: tuple[int, int | None]
