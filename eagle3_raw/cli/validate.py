@@ -1,21 +1,17 @@
-"""TODO docstring"""
+"""``eagle3-raw validate RECIPE``: the command line of :func:`eagle3_raw.run.preflight.validate`, one
+line per check."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from eagle3_raw.cli.common import EXIT_ERROR, EXIT_OK, add_recipe_arguments
 from eagle3_raw.run.preflight import validate
 
-if TYPE_CHECKING:
-    pass
-
 
 def add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``validate`` subcommand."""
-
     parser = sub.add_parser(
         "validate",
         help="check a recipe without generating anything (exit 0: every check passed, 1: one failed)",
