@@ -36,8 +36,9 @@ from eagle3_raw.run.shards import check_whole, whole_count
 
 log = logging.getLogger("eagle3_raw")
 
-VERSION = datasets.Version("1.1.0")
-"""The rows' schema version (1.1: ``kind``, ``spans``, ``mixture``); a cached set of another is rebuilt."""
+VERSION = datasets.Version("1.2.0")
+"""The rows' schema version (1.1: ``kind``, ``spans``, ``mixture``; 1.2: ``meta``'s speculative
+figures); a cached set of another is rebuilt."""
 
 #: ``load_dataset`` keywords that steer the run but never change the data or the config id.
 RUN_OPTION_KEYS = frozenset(

@@ -67,22 +67,37 @@ class Target:
     parsers: Mapping[str, str | None] = field(default_factory=dict)
     """For rollouts: the ``reasoning_parser`` and ``tool_call_parser`` that split the target's turns
     into the next turn's history (empty for other sets)."""
+    drafter: Mapping[str, Any] = field(default_factory=dict)
+    """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS`; empty
+    without one). Its outputs are the target's, but each row keeps that drafter's acceptance, so it
+    is part of every generation's identity (:attr:`model_digest`) and of the set's."""
 
     def to_dict(self) -> dict[str, Any]:
         data = {
             "model": dict(self.model), "token_budget": self.token_budget, "input_limit": self.input_limit,
             "render": self.render, "renderer": dict(self.renderer),
         }  # fmt: skip
-        return {**data, "parsers": dict(self.parsers)} if self.parsers else data
+        if self.parsers:
+            data["parsers"] = dict(self.parsers)
+        if self.drafter:
+            data["drafter"] = dict(self.drafter)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], origin: str = "journal") -> Target:
         model = {key: str(data["model"].get(key, "")) for key in TARGET_KEYS}
         render, renderer = str(data.get("render", "server")), dict(data.get("renderer") or {})
-        parsers = dict(data.get("parsers") or {})
+        parsers, drafter = dict(data.get("parsers") or {}), dict(data.get("drafter") or {})
         return cls(
-            model, data.get("token_budget"), data.get("input_limit"), render, renderer, origin, parsers
-        )
+            model, data.get("token_budget"), data.get("input_limit"), render, renderer, origin, parsers,
+            drafter,
+        )  # fmt: skip
+
+    def with_drafter(self, drafter: Mapping[str, Any]) -> Target:
+        """This target with the drafter its server runs (empty: none)."""
+        import dataclasses
+
+        return dataclasses.replace(self, drafter=dict(drafter))
 
     def with_render(self, render: str, renderer: Mapping[str, Any] | None = None) -> Target:
         """This target with prompts rendered by ``render`` (``server`` or ``local``)."""
@@ -99,8 +114,12 @@ class Target:
 
     @functools.cached_property
     def model_digest(self) -> bytes:
-        """The model part alone: what a generation's request digest covers."""
-        return _sha(b"eagle3_raw/target/1", _canonical({k: self.model.get(k, "") for k in TARGET_KEYS}))
+        """The model part alone (and its drafter, when it speculates): what a generation's request
+        digest covers."""
+        model = _canonical({k: self.model.get(k, "") for k in TARGET_KEYS})
+        if not self.drafter:
+            return _sha(b"eagle3_raw/target/1", model)
+        return _sha(b"eagle3_raw/target/1", model, _canonical(dict(self.drafter)))
 
     @functools.cached_property
     def id(self) -> str:
@@ -111,11 +130,14 @@ class Target:
 
     def describe(self) -> str:
         """One line for messages: the served model, its weights, the SGLang version and limits."""
-        m = self.model
+        m, d = self.model, self.drafter
+        drafter = (
+            f", drafter {d.get('speculative_algorithm')} {d.get('speculative_draft_model_path')}" if d else ""
+        )
         return (
             f"{m.get('served_model_name') or m.get('model_path')} (weights {m.get('weight_version')}, "
             f"SGLang {m.get('version')}, context {self.token_budget}, longest prompt {self.input_limit}, "
-            f"prompts rendered {'by the server' if self.render == 'server' else 'here'})"
+            f"prompts rendered {'by the server' if self.render == 'server' else 'here'}{drafter})"
         )
 
 

@@ -25,7 +25,20 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
 
-#: Keys of ``meta`` and their Arrow types (see :func:`arrow_schema`).
+SPEC_FIELDS = (
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_verify_ct",
+    "spec_correct_drafts_histogram",
+)
+"""The speculative figures of ``meta`` (SGLang's ``meta_info`` names): null unless the server ran a
+drafter (the drafter is in the set's target). ``spec_accept_length`` is generated ids per verify
+step (the target's bonus id counted), ``spec_accept_rate`` accepted over proposed drafts,
+``spec_correct_drafts_histogram[k]`` the verify steps that accepted ``k`` drafts."""
+
+#: Keys of ``meta`` and their Arrow types (see :func:`arrow_schema`; ``list<int32>``: a list of them).
 META_FIELDS: Mapping[str, str] = {
     "prompt_tokens": "int32",
     "completion_tokens": "int32",
@@ -35,6 +48,12 @@ META_FIELDS: Mapping[str, str] = {
     "weight_version": "string",
     "max_new_tokens": "int32",
     "attempts": "int32",
+    "spec_accept_length": "float64",
+    "spec_accept_rate": "float64",
+    "spec_num_correct_drafts": "int32",
+    "spec_num_proposed_drafts": "int32",
+    "spec_verify_ct": "int32",
+    "spec_correct_drafts_histogram": "list<int32>",
 }
 
 
@@ -179,7 +198,7 @@ def arrow_schema() -> pa.Schema:
     """The Arrow schema of the set (the order of the columns is part of the contract)."""
     import pyarrow as pa
 
-    meta = pa.struct([pa.field(name, getattr(pa, kind)()) for name, kind in META_FIELDS.items()])
+    meta = pa.struct([pa.field(name, _meta_type(kind)) for name, kind in META_FIELDS.items()])
     return pa.schema(
         [
             pa.field("id", pa.string()),
@@ -197,6 +216,14 @@ def arrow_schema() -> pa.Schema:
             pa.field("mixture", pa.struct([pa.field("index", pa.int32()), pa.field("choice", pa.string())])),
         ]
     )
+
+
+def _meta_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if kind.startswith("list<"):
+        return pa.list_(_meta_type(kind.removeprefix("list<").removesuffix(">")))
+    return getattr(pa, kind)()
 
 
 def span_type() -> pa.DataType:

@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-381bac7dc2d07c68",
-    "demo": "demo-45275fe6b74ccd7d",
-    "gpt-oss": "gpt-oss-3757e57937ba178f",
-    "kimi-k2.5": "kimi-k2.5-da52ef8d7afb65f0",
-    "llama-3.1": "llama-3.1-0e84200325033df6",
-    "qwen3": "qwen3-065ac929daebe86a",
+    "deepseek-v3": "deepseek-v3-fe70d9738e40cab5",
+    "demo": "demo-ef072423f5b6c403",
+    "gpt-oss": "gpt-oss-e95877a6781b0c55",
+    "kimi-k2.5": "kimi-k2.5-a79651923e3e0069",
+    "llama-3.1": "llama-3.1-04446b67ef1e0ba4",
+    "qwen3": "qwen3-83dce47fe8646820",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

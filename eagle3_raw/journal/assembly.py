@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from eagle3_raw.journal.records import Generation, Outcome, native_ints
-from eagle3_raw.rows import META_FIELDS, Row, RowKey, Span, merged_row_id, row_id
+from eagle3_raw.rows import META_FIELDS, SPEC_FIELDS, Row, RowKey, Span, merged_row_id, row_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,7 +108,35 @@ def row_meta(group: Sequence[Pair]) -> dict[str, Any]:
         for name in _SUMMED:
             values = [m.get(name) for m in metas]
             meta[name] = None if None in values else sum(values)
+        meta.update(merged_spec(metas))
     return {name: meta.get(name) for name in META_FIELDS}
+
+
+def merged_spec(metas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A merged row's speculative figures over its turns: counts and histograms added up, the
+    length and rate recomputed from the sums (SGLang's definitions). All null when no turn has
+    them (the server ran no drafter); a turn without them had no verify step (one output id) and
+    counts its ids with none."""
+    measured = [m for m in metas if m.get("spec_verify_ct") is not None]
+    if not measured:
+        return dict.fromkeys(SPEC_FIELDS)
+    steps = sum(m["spec_verify_ct"] for m in measured)
+    correct = sum(m.get("spec_num_correct_drafts") or 0 for m in measured)
+    proposed = sum(m.get("spec_num_proposed_drafts") or 0 for m in measured)
+    histogram: list[int] = []
+    for m in measured:
+        for k, n in enumerate(m.get("spec_correct_drafts_histogram") or ()):
+            histogram.extend([0] * (k + 1 - len(histogram)))
+            histogram[k] += n
+    tokens = sum(m.get("completion_tokens") or 0 for m in metas)
+    return {
+        "spec_accept_length": tokens / steps if steps else None,
+        "spec_accept_rate": correct / proposed if proposed else None,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": histogram or None,
+    }
 
 
 def _turn_meta(outcome: Outcome, generation: Generation) -> dict[str, Any]:

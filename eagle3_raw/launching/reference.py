@@ -56,7 +56,9 @@ RECIPE_OPTIONS: Mapping[str, bool] = {
     "--max-queued-requests": True, "--stream-interval": True, "--served-model-name": True,
     "--preferred-sampling-params": True, "--speculative-algorithm": True,
     "--speculative-num-steps": True, "--speculative-eagle-topk": True,
-    "--speculative-num-draft-tokens": True, "--disable-radix-cache": False, "--skip-tokenizer-init": False,
+    "--speculative-num-draft-tokens": True, "--speculative-draft-model-path": True,
+    "--speculative-draft-model-revision": True, "--draft-acceptance": True, "--disable-radix-cache": False,
+    "--skip-tokenizer-init": False,
     "--weight-version": True, "--reasoning-parser": True, "--tool-call-parser": True,
 }  # fmt: skip
 

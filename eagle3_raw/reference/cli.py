@@ -64,11 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sglang.add_argument(
         "--speculative-algorithm", choices=("EAGLE", "EAGLE3", "NEXTN"),
-        help="reported in /server_info; its reserved output slots count against the context (no drafting)",
+        help="reported in /server_info; its reserved output slots count against the context, and a "
+        "simulated drafter (--draft-acceptance) adds SGLang's spec_* figures to each finished meta_info",
     )  # fmt: skip
     sglang.add_argument("--speculative-num-steps", type=int, help="with --speculative-algorithm")
     sglang.add_argument("--speculative-eagle-topk", type=int, help="with --speculative-algorithm")
     sglang.add_argument("--speculative-num-draft-tokens", type=int, help="with --speculative-algorithm")
+    sglang.add_argument("--speculative-draft-model-path", help="reported in /server_info (nothing is loaded)")
+    sglang.add_argument("--speculative-draft-model-revision", help="reported in /server_info")
     sglang.add_argument(
         "--chat-template", type=Path, help="a Jinja file replacing the tokenizer's chat template"
     )
@@ -102,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ref.add_argument(
         "--prefill-ms-per-token", type=float, default=0.0, help="capacity mode: ms per uncached prompt token"
     )
+    ref.add_argument(
+        "--draft-acceptance", type=float, default=0.7,
+        help="with --speculative-algorithm: how good the simulated drafter is, in (0, 1] (default 0.7)",
+    )  # fmt: skip
     ref.add_argument("--ledger", type=Path, help="append one JSON line per /generate outcome to this file")
     ref.add_argument(
         "--exit-with-stdin",
@@ -126,6 +133,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps,
         speculative_eagle_topk=args.speculative_eagle_topk,
         speculative_num_draft_tokens=args.speculative_num_draft_tokens,
+        speculative_draft_model_path=args.speculative_draft_model_path,
+        speculative_draft_model_revision=args.speculative_draft_model_revision,
+        draft_acceptance=args.draft_acceptance,
         chat_template=args.chat_template, reasoning_parser=args.reasoning_parser,
         tool_call_parser=args.tool_call_parser, tp_size=args.tp_size, dp_size=args.dp_size,
         revision=args.revision, trust_remote_code=args.trust_remote_code,

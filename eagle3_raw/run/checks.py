@@ -96,6 +96,12 @@ class ServerChecks:
                 "makes another set: point the build at the right server (its rows are kept apart by "
                 "the set's config id, so nothing mixes)"
             )
+        if dict(served.drafter) != dict(self.target.drafter):
+            raise ServerMismatch(
+                f"{identity.url} runs drafter {dict(served.drafter) or 'none'}, but this set's acceptance "
+                f"figures come from drafter {dict(self.target.drafter) or 'none'}: point the build at a "
+                "server running the set's drafter (another drafter makes another set)"
+            )
         for name, theirs, ours in (
             ("context", served.token_budget, self.target.token_budget),
             ("longest prompt", served.input_limit, self.target.input_limit),

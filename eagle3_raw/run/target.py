@@ -63,18 +63,25 @@ def target_of(identities: Sequence[ServerIdentity], origin: str = "server") -> T
     inputs = [i.input_limit for i in identities if i.input_limit is not None]
     renderer = {key: first.server_info.get(key) for key in RENDERER_KEYS}
     return Target(
-        first.comparable(), min(budgets, default=None), min(inputs, default=None), "server", renderer, origin
-    )
+        first.comparable(), min(budgets, default=None), min(inputs, default=None), "server", renderer, origin,
+        drafter=first.drafter,
+    )  # fmt: skip
 
 
 def check_same_model(identities: Sequence[ServerIdentity]) -> None:
-    """ServerMismatch unless every endpoint serves the same model (name, path, weights, SGLang version)."""
+    """ServerMismatch unless every endpoint serves the same model (name, path, weights, SGLang
+    version) with the same drafter (or none): a set's acceptance figures are one drafter's."""
     first = identities[0]
     for other in identities[1:]:
         if other.comparable() != first.comparable():
             raise ServerMismatch(
                 f"endpoints serve different models: {first.url} {first.comparable()} vs "
                 f"{other.url} {other.comparable()}"
+            )
+        if other.drafter != first.drafter:
+            raise ServerMismatch(
+                f"endpoints run different drafters: {first.url} {first.drafter or 'none'} vs "
+                f"{other.url} {other.drafter or 'none'} (a set's acceptance figures are one drafter's)"
             )
 
 

@@ -35,6 +35,7 @@ from eagle3_raw.errors import (
     ServerUnreachable,
 )
 from eagle3_raw.redact import public_url, scrub
+from eagle3_raw.sglang.model import DRAFTER_KEYS
 from eagle3_raw.sglang.responses import Generation, check_response
 from eagle3_raw.sglang.status import error_message, http_error
 
@@ -51,11 +52,12 @@ SERVER_INFO_KEYS = (
     "max_running_requests", "max_total_num_tokens", "max_req_input_len", "preferred_sampling_params",
     "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command", "speculative_algorithm",
     "chat_template", "tokenizer_mode", "trust_remote_code", "reasoning_parser", "tool_call_parser",
+    *DRAFTER_KEYS[1:],
 )  # fmt: skip
+"""``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
 
 RENDERER_KEYS = ("tokenizer_path", "chat_template", "revision", "tokenizer_mode", "trust_remote_code")
 """``/server_info`` keys that decide how the server renders a chat request, beyond its model."""
-"""``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,14 @@ class ServerIdentity:
             "weight_version": self.weight_version,
             "version": self.version,
         }
+
+    @property
+    def drafter(self) -> dict[str, Any]:
+        """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS` as
+        ``/server_info`` reports them); empty when it does not speculate."""
+        if not self.server_info.get("speculative_algorithm"):
+            return {}
+        return {key: self.server_info.get(key) for key in DRAFTER_KEYS}
 
     @property
     def skips_tokenizer_init(self) -> bool:

@@ -17,7 +17,11 @@ row in the journal that the Arrow conversion, a resume or ``merge`` would choke 
 - ``prompt_tokens`` is there and equals the ids sent (a server that truncates prompts is refused for
   the row; one that does not say is a bad response);
 - the meta kept for the row (:data:`KEPT_META`) has the type of its column: ints within int32,
-  finite non-negative latency, a short string; ``text`` (the server's decode) is a string or null.
+  finite non-negative latency, a short string; ``text`` (the server's decode) is a string or null;
+- a speculating server's figures (:data:`~eagle3_raw.sglang.protocol.outputs.SPEC_KEYS`), when
+  there: counts are int32s, the rate and length finite numbers >= 0, the histogram a short list of
+  int32 counts, and they agree with each other (the histogram's steps are ``spec_verify_ct``, its
+  accepted drafts ``spec_num_correct_drafts``, no more than proposed).
 
 A failed check is :class:`InvalidResponse` (retried, then recorded as failed; never a row).
 """
@@ -36,13 +40,20 @@ import numpy.typing
 from eagle3_raw.errors import GenerationAborted, InvalidResponse, RequestRejected
 from eagle3_raw.printable import printable
 from eagle3_raw.redact import public_url
+from eagle3_raw.sglang.protocol.outputs import SPEC_KEYS
 
 INT32_MAX = 2**31 - 1
 TEXT_CHARS = 256
 """The longest string kept in a row's meta (``weight_version``)."""
 
-KEPT_META = ("prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency", "weight_version")
+KEPT_META = (
+    "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency", "weight_version", *SPEC_KEYS,
+)  # fmt: skip
 """The ``meta_info`` keys a row keeps (with ``endpoint``, ``max_new_tokens`` and ``attempts``)."""
+
+HISTOGRAM_MAX = 1024
+"""The longest ``spec_correct_drafts_histogram`` kept (one entry per accepted-draft count: SGLang's
+draft tokens per step are far fewer)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,49 @@ def _kept_meta(meta: Mapping[str, Any], url: str) -> dict[str, Any]:
     version = kept["weight_version"]
     if version is not None and not (isinstance(version, str) and len(version) <= TEXT_CHARS):
         _bad_type(url, "weight_version", version, f"a string of at most {TEXT_CHARS} characters")
+    _check_spec(kept, url)
     return kept
+
+
+def _check_spec(kept: Mapping[str, Any], url: str) -> None:
+    """A speculating server's figures: each of its column's type, and consistent with each other."""
+    for key in ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct"):
+        value = kept[key]
+        if value is not None and not (_is_int(value) and 0 <= value <= INT32_MAX):
+            _bad_type(url, key, value, "an integer from 0 to 2^31-1")
+    for key in ("spec_accept_rate", "spec_accept_length"):
+        value = kept[key]
+        if value is not None and not (_is_number(value) and value >= 0):
+            _bad_type(url, key, value, "a finite number >= 0")
+    histogram = kept["spec_correct_drafts_histogram"]
+    if histogram is None:
+        return
+    if not (
+        isinstance(histogram, list)
+        and len(histogram) <= HISTOGRAM_MAX
+        and all(_is_int(n) and 0 <= n <= INT32_MAX for n in histogram)
+    ):
+        shown = printable(repr(histogram), limit=80)
+        raise InvalidResponse(
+            f"{url}: meta_info spec_correct_drafts_histogram is {shown}; expected a list of at most "
+            f"{HISTOGRAM_MAX} integers from 0 to 2^31-1",
+            url=url,
+        )
+    steps, correct = kept["spec_verify_ct"], kept["spec_num_correct_drafts"]
+    if (steps is not None and sum(histogram) != steps) or (
+        correct is not None and sum(k * n for k, n in enumerate(histogram)) != correct
+    ):
+        raise InvalidResponse(
+            f"{url}: meta_info spec_correct_drafts_histogram {printable(repr(histogram), limit=80)} does not "
+            f"add up to spec_verify_ct={steps} steps and spec_num_correct_drafts={correct} drafts",
+            url=url,
+        )
+    proposed = kept["spec_num_proposed_drafts"]
+    if correct is not None and proposed is not None and correct > proposed:
+        raise InvalidResponse(
+            f"{url}: meta_info spec_num_correct_drafts={correct} exceeds spec_num_proposed_drafts={proposed}",
+            url=url,
+        )
 
 
 def _bad_type(url: str, key: str, value: Any, expected: str) -> NoReturn:

@@ -9,6 +9,7 @@ from typing import Any
 
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
+from eagle3_raw.reference.speculation import Drafter
 from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
 DEPRECATED_TOOL_CALL_PARSERS: Mapping[str, str] = {"qwen25": "qwen", "glm45": "glm"}
@@ -41,6 +42,9 @@ class ServerConfig:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_draft_model_revision: str | None = None
+    draft_acceptance: float = 0.7
     chat_template: Path | None = None
     trust_remote_code: bool = False
     reasoning_parser: str | None = None
@@ -66,6 +70,15 @@ class ServerConfig:
         topk, steps = self.speculative_eagle_topk or 0, self.speculative_num_steps or 0
         return max(topk * steps, self.speculative_num_draft_tokens or 0)
 
+    @property
+    def drafter(self) -> Drafter | None:
+        """The simulated drafter behind ``--speculative-algorithm`` (None without one): its draft
+        tokens per step are ``--speculative-num-draft-tokens``, else SGLang's default, steps + 1."""
+        if self.speculative_algorithm is None:
+            return None
+        draft_tokens = self.speculative_num_draft_tokens or (self.speculative_num_steps or 0) + 1
+        return Drafter(draft_tokens, self.draft_acceptance)
+
     def __post_init__(self) -> None:
         if (self.slots is None) != (self.timing is None):
             raise ValueError("--slots and --ms-per-token go together (capacity mode needs both)")
@@ -86,6 +99,10 @@ class ServerConfig:
                 "--speculative-algorithm EAGLE/EAGLE3 needs --speculative-num-steps and "
                 "--speculative-eagle-topk, or --speculative-num-draft-tokens"
             )
+        if self.speculative_algorithm is not None:
+            self.drafter  # noqa: B018 (raises ValueError naming the bad option)
+        elif self.speculative_draft_model_path is not None:
+            raise ValueError("--speculative-draft-model-path needs --speculative-algorithm")
         _check_parser("--reasoning-parser", self.reasoning_parser, REASONING_PARSER_NAMES)
         _check_parser("--tool-call-parser", self.tool_call_parser, TOOL_CALL_PARSER_NAMES)
         if self.max_queued_requests is not None and self.slots is None:

@@ -87,6 +87,7 @@ class Generate:
             message = str((refused.finish or refused.planned_finish).get("message", ""))
             body = p.value_error_body(message) if status == 400 else p.http_exception_body(status, message)
             return await send(ex, status, orjson.dumps(body), JSON, generation_lines(ex, req, jobs, status))
-        objects = [response_object(job, self.state.model, req, ex.received, True) for job in jobs]
+        drafter = self.state.config.drafter
+        objects = [response_object(job, self.state.model, req, ex.received, True, drafter) for job in jobs]
         payload = orjson.dumps(objects[0] if req.is_single else objects)
         return await send(ex, 200, payload, JSON, generation_lines(ex, req, jobs))

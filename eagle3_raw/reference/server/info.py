@@ -88,6 +88,8 @@ class Info:
         c = self.state.config
         return {
             "speculative_algorithm": c.speculative_algorithm,
+            "speculative_draft_model_path": c.speculative_draft_model_path,
+            "speculative_draft_model_revision": c.speculative_draft_model_revision,
             "speculative_num_steps": c.speculative_num_steps,
             "speculative_eagle_topk": c.speculative_eagle_topk,
             "speculative_num_draft_tokens": c.speculative_num_draft_tokens,

@@ -11,6 +11,7 @@ from typing import Any
 
 from eagle3_raw.reference.capacity import Ticket
 from eagle3_raw.reference.server.model import Model
+from eagle3_raw.reference.speculation import Drafter
 from eagle3_raw.sglang import protocol as p
 
 
@@ -53,11 +54,12 @@ def no_emit(job: Job, final: bool) -> None:
 
 
 def response_object(
-    job: Job, model: Model, req: p.Normalized, received: float, final: bool
+    job: Job, model: Model, req: p.Normalized, received: float, final: bool, drafter: Drafter | None = None
 ) -> dict[str, Any]:
     """One response object (or stream chunk) of a job, SGLang's keys in SGLang's order.
 
-    ``received`` is when the request arrived (``time.monotonic``), for ``e2e_latency``.
+    ``received`` is when the request arrived (``time.monotonic``), for ``e2e_latency``; with a
+    ``drafter``, a finished generation's ``meta_info`` carries its speculative figures.
     """
     out: dict[str, Any] = {}
     if model.tokenizer is not None:
@@ -72,6 +74,8 @@ def response_object(
         )
         if final:
             meta["e2e_latency"] = job.ended - received
+            if drafter is not None:  # after e2e_latency, as SGLang adds them
+                meta.update(drafter.figures(job.input_ids, job.output_ids))
         else:
             del meta["weight_versions"]  # SGLang sends them with the last chunk only
     if not job.sent:

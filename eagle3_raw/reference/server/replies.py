@@ -15,6 +15,7 @@ from aiohttp import web
 
 from eagle3_raw.reference.server.jobs import Job
 from eagle3_raw.reference.server.state import ServerState
+from eagle3_raw.reference.speculation import Drafter
 from eagle3_raw.sglang import protocol as p
 
 JSON, SSE, TEXT = "application/json", "text/event-stream", "text/plain"
@@ -64,6 +65,7 @@ def generation_lines(ex: Exchange, req: p.Normalized, jobs: list[Job], status: i
     """Ledger lines, one per generation (empty without ``--ledger``)."""
     if ex.state.ledger is None:
         return []
+    drafter = ex.state.config.drafter
     return [
         {
             "request": ex.seq, "status": status, "fault": ex.fault, "index": job.index,
@@ -71,9 +73,17 @@ def generation_lines(ex: Exchange, req: p.Normalized, jobs: list[Job], status: i
             "text": job.spec.prompt if isinstance(job.spec.prompt, str) else None,
             "sampling_params": job.spec.sampling, "output_ids": job.output_ids,
             "finish_reason": job.finish or job.planned_finish, "stream": req.stream,
+            "spec": _figures(drafter, job),
         }
         for job in jobs
     ]  # fmt: skip
+
+
+def _figures(drafter: Drafter | None, job: Job) -> dict[str, Any] | None:
+    """The speculative figures a finished generation's ``meta_info`` carried (None: none)."""
+    if drafter is None or job.finish is None or job.queued:
+        return None
+    return drafter.figures(job.input_ids, job.output_ids) or None
 
 
 def _request_line(ex: Exchange, status: int | None) -> Record:

@@ -33,7 +33,7 @@ async def stream_reply(ex: Exchange, req: p.Normalized, jobs: list[Job]) -> web.
     chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     def emit(job: Job, final: bool) -> None:
-        obj = response_object(job, ex.state.model, req, ex.received, final)
+        obj = response_object(job, ex.state.model, req, ex.received, final, ex.state.config.drafter)
         if not req.is_single:
             obj["index"] = job.index
         chunks.put_nowait(sse_event(obj))

@@ -74,6 +74,19 @@ def output_text(
     return text
 
 
+SPEC_KEYS = (
+    "spec_accept_rate",
+    "spec_accept_length",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_verify_ct",
+    "spec_correct_drafts_histogram",
+)
+"""The per-request speculative figures a finished ``meta_info`` carries when the server runs a
+drafter and the request had a verify step, in the order SGLang adds them (after ``e2e_latency``;
+``managers/tokenizer_manager.py::_calculate_spec_decoding_metrics``)."""
+
+
 def meta_info(
     rid: str,
     finish: Mapping[str, Any] | None,
