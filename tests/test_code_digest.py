@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-fe70d9738e40cab5",
-    "demo": "demo-ef072423f5b6c403",
-    "gpt-oss": "gpt-oss-e95877a6781b0c55",
-    "kimi-k2.5": "kimi-k2.5-a79651923e3e0069",
-    "llama-3.1": "llama-3.1-04446b67ef1e0ba4",
-    "qwen3": "qwen3-83dce47fe8646820",
+    "deepseek-v3": "deepseek-v3-be8818184ea57bad",
+    "demo": "demo-e2e22c8c4500e8b2",
+    "gpt-oss": "gpt-oss-90e672b89ef3d4ac",
+    "kimi-k2.5": "kimi-k2.5-14a98093435dd0ce",
+    "llama-3.1": "llama-3.1-eb37e7d81f275601",
+    "qwen3": "qwen3-36c94e9f0f05e1ed",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -49,6 +49,9 @@ class PromptsConfig:
     split: str = field(default="train", metadata=text("a split name"))
     revision: str | None = field(default=None, metadata=text(_REVISION))
     id_column: str | None = field(default=None, metadata=text("a column name"))
+    category_column: str | None = field(default=None, metadata=text("a column name"))
+    """A source column whose value groups the rows in acceptance summaries (card, ``eval``); it
+    changes no row, so it is not part of the fingerprint."""
     limit: int | None = field(default=None, metadata=integer(minimum=1))
     shuffle_seed: int | None = field(default=None, metadata=integer(minimum=0))
 

@@ -121,6 +121,25 @@ class Conversation:
     source_id: str
     messages: tuple[Mapping[str, Any], ...]
     tools: tuple[Mapping[str, Any], ...] | None
+    category: str | None = None
+    """The ``prompts.category_column`` value (as a string; None without one): groups acceptance
+    summaries, never shapes a row."""
+
+
+CATEGORY_CHARS = 80
+"""The longest category kept (a summary's group label)."""
+
+
+def source_categories(recipe: Recipe, *, hub_revision: str | None = None) -> dict[str, str]:
+    """Source id -> ``prompts.category_column`` value of every conversation that has one (empty
+    without the column): what acceptance summaries group rows by. Reads the whole source."""
+    if recipe.prompts.category_column is None:
+        return {}
+    return {
+        item.source_id: item.category
+        for item in iter_conversations(recipe, hub_revision=hub_revision)
+        if isinstance(item, Conversation) and item.category is not None
+    }
 
 
 def iter_conversations(
@@ -171,9 +190,12 @@ def _check_columns(label: str, columns: Sequence[str], prompts: PromptsConfig) -
         raise SourceError(
             f"prompt source {label}: no {need} column for format {prompts.format!r} (columns: {shown})"
         )
-    if prompts.id_column is not None and prompts.id_column not in columns:
-        raise SourceError(f"prompt source {label}: no column {prompts.id_column!r} (prompts.id_column); "
-                          f"columns: {shown}")  # fmt: skip
+    for name in ("id_column", "category_column"):
+        column = getattr(prompts, name)
+        if column is not None and column not in columns:
+            raise SourceError(
+                f"prompt source {label}: no column {column!r} (prompts.{name}); columns: {shown}"
+            )
 
 
 _FORMAT_COLUMNS: Mapping[str, tuple[str, ...]] = {
@@ -255,7 +277,14 @@ def _convert(index: int, raw: _Raw, prompts: PromptsConfig) -> Conversation | Pr
         label, row_id = (f"#{index}", f"#{index}") if given is None else (repr(given), given)
         sep = " " if exc.field else ": "
         return PromptFormatError(f"row {label}{sep}{exc} ({raw.where})", row_id=row_id, index=index)
-    return Conversation(index, source_id, tuple(messages), tuple(tools) if tools else None)
+    category = _category(row, prompts.category_column)
+    return Conversation(index, source_id, tuple(messages), tuple(tools) if tools else None, category)
+
+
+def _category(row: Mapping[str, Any], column: str | None) -> str | None:
+    """A row's category: its ``column`` value as a short string (null or missing: None)."""
+    value = row.get(column) if column is not None else None
+    return None if value is None else printable(str(value), limit=CATEGORY_CHARS)
 
 
 def _as_row(data: Any) -> Mapping[str, Any]:
