@@ -253,7 +253,28 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "launches_reference": (recipe.get("server") or {}).get("launch") == "reference",
         "greedy": is_greedy(recipe["sampling"]),
         "samples_per_prompt": int(recipe["sampling"].get("samples_per_prompt") or 1),
+        "acceptance": acceptance_context(manifest),
         **trainer_context(section),
+    }
+
+
+ACCEPTANCE_GROUPS = ("turn", "prompt length", "output length", "category", "finish reason")
+"""The acceptance tables a card shows, in order (those the summary has)."""
+
+
+def acceptance_context(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The card's acceptance section (None when the server did not speculate): the drafter as the
+    server reported it, the plot's path, and the summary's figures overall and by group."""
+    published = manifest.get("acceptance")
+    if not published:
+        return None
+    summary = published["summary"]
+    groups = summary.get("groups") or {}
+    return {
+        "plot": published.get("plot"),
+        "drafter": without_local_paths(dict((manifest.get("target") or {}).get("drafter") or {})),
+        "overall": summary["overall"],
+        "groups": [(name, list(groups[name].items())) for name in ACCEPTANCE_GROUPS if groups.get(name)],
     }
 
 
@@ -359,6 +380,8 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(n=_number, code=inline_code, cell=table_cell, fenced=fenced, counts=_counts)
     env.filters["percent"] = lambda share: f"{share:.2%}"
+    env.filters["figure"] = lambda value: "n/a" if value is None else f"{value:.3f}"
+    env.filters["label"] = lambda value: plain_text(value).replace("\n", " ")
     env.filters["total"] = lambda mapping: sum((mapping or {}).values())
     return env
 

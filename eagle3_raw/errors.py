@@ -172,6 +172,11 @@ class LocalFileError(FatalError):
     turned into a more precise error); the message names it and says why."""
 
 
+class MissingExtra(FatalError):
+    """What was asked needs an optional dependency that is not installed; the message names the
+    extra that brings it (``pip install 'eagle3_raw[plot]'``)."""
+
+
 class HubError(FatalError):
     """A push to or a read from the Hub failed (credentials, permissions, missing repo)."""
 

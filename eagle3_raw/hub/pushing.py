@@ -21,6 +21,7 @@ from eagle3_raw import card as cards
 from eagle3_raw.builder import Built, build
 from eagle3_raw.errors import HubError, JournalError
 from eagle3_raw.export.published import publish_vocab
+from eagle3_raw.hub.acceptance import plot_path, publish_acceptance
 from eagle3_raw.hub.client import (
     check_ref_name,
     check_repo_id,
@@ -181,8 +182,10 @@ def publish(
     if built.partial and missing is None:
         missing = "some shards had not finished"
     manifest = build_manifest(recipe, published, scan, built.journal_dir, partial=missing)
+    accepted = publish_acceptance(built.dataset, recipe, (manifest.get("target") or {}).get("drafter"))
+    manifest["acceptance"] = accepted.manifest
     vocab = publish_vocab(recipe, built.dataset)
-    payloads = {**_recipe_payloads(published, manifest, scan), **vocab.files}
+    payloads = {**_recipe_payloads(published, manifest, scan), **accepted.files, **vocab.files}
     check_no_secrets(payloads, upload_secrets(token, recipe))
     example = _example(recipe, built.dataset)  # before any upload: no half-published config
     (announce or _to_stderr)(upload_plan(repo_id, recipe.name, scan.rows, payloads))
@@ -197,7 +200,7 @@ def publish(
     _record_push(built.journal_dir, f"{repo_id}@{tag or commit}")
     return PushResult(
         repo_id, recipe.name, recipe.fingerprint, revision or "main", commit, tag, scan.rows, built.generated,
-        tuple(local_tokenizer_warning(recipe) + warnings),
+        tuple(local_tokenizer_warning(recipe) + warnings) + accepted.warnings,
     )  # fmt: skip
 
 
@@ -303,8 +306,12 @@ def _push_recipe(
 def _stale(existing: Sequence[str], name: str, keep: Mapping[str, Any]) -> list[CommitOperationDelete]:
     from huggingface_hub import CommitOperationDelete
 
-    prefix = f"recipes/{name}/"
-    return [CommitOperationDelete(path) for path in existing if path.startswith(prefix) and path not in keep]
+    prefix, plot = f"recipes/{name}/", plot_path(name)  # a set no longer speculated: its old plot goes
+    return [
+        CommitOperationDelete(path)
+        for path in existing
+        if (path.startswith(prefix) or path == plot) and path not in keep
+    ]
 
 
 def _write_card(
