@@ -85,7 +85,7 @@ def child(recipe_path: Path, journal_dir: Path, profile: Path | None) -> dict[st
         profiler.disable()
         profiler.dump_stats(profile)
     cpu, wall, ended = time.process_time() - cpu, time.perf_counter() - start, time.monotonic()
-    with Journal.read(result.journal_dir) as journal:
+    with Journal.read_dir(result.journal_dir) as journal:
         stats = journal.stats()
     return {
         "rows": stats["rows"], "generated_tokens": stats["generated_tokens"],

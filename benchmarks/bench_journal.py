@@ -81,7 +81,7 @@ def phase_iter(directory: Path, rows: int, prompt: int, output: int, interval: f
 
     start = time.perf_counter()
     seen = tokens = 0
-    for table in Journal.read(directory).iter_tables():
+    for table in Journal.read_dir(directory).iter_tables():
         seen += table.num_rows
         tokens += len(table.column("input_ids").combine_chunks().values)
     seconds = time.perf_counter() - start

@@ -146,6 +146,8 @@ def _kept_meta(meta: Mapping[str, Any], url: str) -> dict[str, Any]:
 
 def _check_spec(kept: Mapping[str, Any], url: str) -> None:
     """A speculating server's figures: each of its column's type, and consistent with each other."""
+    if all(kept[key] is None for key in SPEC_KEYS):  # no drafter: nothing to check
+        return
     for key in ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct"):
         value = kept[key]
         if value is not None and not (_is_int(value) and 0 <= value <= INT32_MAX):
