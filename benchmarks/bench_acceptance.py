@@ -125,8 +125,8 @@ def cpu_part(args: argparse.Namespace) -> None:
     plain_args = ["--skip-tokenizer-init"]
     kinds = {"plain": plain_args, "speculating": [*plain_args, *SPECULATE.split()]}
     print(
-        f"2. CPU cost: {setup.rows:,} rows x {setup.max_new_tokens} ids (ignore_eos, greedy), {repeats} builds "
-        "per server, servers without latency"
+        f"2. CPU cost: {setup.rows:,} rows x {setup.max_new_tokens} ids (ignore_eos, greedy), "
+        f"{repeats} builds per server, servers without latency"
     )
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-acceptance-") as tmp, contextlib.ExitStack() as stack:
