@@ -19,8 +19,8 @@ from typing import Any
 
 import datasets
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from eagle3_raw import selection
 from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import Journal, set_dir
@@ -179,16 +179,15 @@ def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:
 
 def journal_tables(root: Path, config_id: str, recipe: Recipe) -> Iterator[tuple[Any, pa.Table]]:
     """The set's rows in canonical order, from its journal alone, as ``datasets`` keys and Arrow
-    tables. Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``.
+    tables. Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``,
+    and a derived set holds only the rows its ``select`` rules keep (:mod:`eagle3_raw.selection`).
     """
     from datasets.builder import Key
 
     rows = 0
     with Journal.read(root, config_id) as journal:
         journal_dir = journal.directory
-        for batch, table in enumerate(journal.iter_tables()):
-            if recipe.on_truncation == "drop":
-                table = table.filter(pc.not_equal(table["finish_reason"], "length"))
+        for batch, table in enumerate(selection.tables(journal, recipe)):
             rows += table.num_rows
             yield Key(0, batch), table
         if rows == 0:  # datasets cannot hold an empty split: say why there is nothing

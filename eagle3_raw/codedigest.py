@@ -80,6 +80,17 @@ def statements(package_dir: Path = _PACKAGE_DIR) -> list[Statement]:
     return found
 
 
+def module_digest(module: str, package_dir: Path = _PACKAGE_DIR) -> str:
+    """sha256 (16 hex digits) of one module's statements, read as :func:`code_digest` reads them
+    (its imports are not followed): the identity of code outside :data:`ROOTS` that a recipe opts
+    into, such as a ``select`` section's rules (:mod:`eagle3_raw.selection`)."""
+    digest = hashlib.sha256(b"eagle3_raw/module/1\0" + module.encode() + b"\0")
+    tree = ast.parse(_module_path(module, package_dir).read_bytes())
+    for statement_digest in sorted(_node_digest(node) for node in _top_level(tree.body)):
+        digest.update(statement_digest.encode())
+    return digest.hexdigest()[:16]
+
+
 def covered_modules(package_dir: Path = _PACKAGE_DIR) -> set[str]:
     """The :data:`ROOTS` and the project modules they import, transitively, short of the boundaries."""
     seen: set[str] = set()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from eagle3_raw.codedigest import module_digest
 from eagle3_raw.errors import RecipeError
 from eagle3_raw.recipe.sampling import canonical_params
 from eagle3_raw.resources import reference_model_dir
@@ -69,6 +70,7 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
         "on_truncation": recipe.on_truncation,
         **_export_dict(recipe.export),
         **({"rollout": asdict(recipe.rollout)} if recipe.turns == "rollout" else {}),
+        **({"select": recipe.select.rules()} if recipe.select.active else {}),
     }
 
 
@@ -107,7 +109,22 @@ def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
         },
         "on_truncation": recipe.on_truncation,
         **_rollout_identity(recipe),
+        **_select_identity(recipe),
     }
+
+
+SELECTION_MODULE = "eagle3_raw.selection"
+"""The module whose code applies a ``select`` section's rules: its digest is part of the identity of
+every derived set (and of no other)."""
+
+
+def _select_identity(recipe: Recipe) -> dict[str, Any]:
+    """The ``select`` rules and the digest of the code that applies them (absent without a rule:
+    fingerprints of recipes that select nothing stay as they were)."""
+    rules = recipe.select.rules()
+    if not rules:
+        return {}
+    return {"select": {"rules": rules, "code": module_digest(SELECTION_MODULE)}}
 
 
 def shaping_payload(recipe: Recipe) -> dict[str, Any]:

@@ -8,6 +8,7 @@ whole section are its class's ``check()``. A new field is one declaration here p
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping
@@ -305,6 +306,133 @@ class ExportConfig:
     )
 
 
+_LENGTH = "keep a row whose {what} is {side} this many tokens (null: no bound)"
+
+
+_RULE_OPTION_OF = {"max_repetition": "repetition_ngram", "near_duplicate_threshold": "near_duplicate_shingle"}
+_RULE_OPTIONS = frozenset(_RULE_OPTION_OF.values())
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    """``select``: the rules that make a derived set of the recipe's set (its parent: the same
+    recipe without ``select``), applied as its rows are read (:mod:`eagle3_raw.selection`).
+
+    Every rule keeps the rows it allows; a row is dropped when any rule drops it, and counted under
+    the first of them in this declared order. Lengths: ``prompt`` is ``prompt_len``, ``output`` the
+    generated ids (``loss_mask`` 1), ``total`` ``len(input_ids)``. Not part of the fingerprint
+    unless a rule is set (a recipe without one keeps its set id).
+    """
+
+    finish_reasons: tuple[str, ...] | None = field(
+        default=None,
+        metadata=custom(
+            values.finish_reasons,
+            "a list of finish reasons",
+            choices=("stop", "length"),
+            help="keep only the rows that ended with one of these (null: any)",
+        ),
+    )
+    min_prompt_len: int | None = field(
+        default=None, metadata=integer(minimum=0, help=_LENGTH.format(what="prompt", side="at least"))
+    )
+    max_prompt_len: int | None = field(
+        default=None, metadata=integer(minimum=0, help=_LENGTH.format(what="prompt", side="at most"))
+    )
+    min_output_len: int | None = field(
+        default=None, metadata=integer(minimum=0, help=_LENGTH.format(what="output", side="at least"))
+    )
+    max_output_len: int | None = field(
+        default=None, metadata=integer(minimum=0, help=_LENGTH.format(what="output", side="at most"))
+    )
+    min_total_len: int | None = field(
+        default=None, metadata=integer(minimum=0, help=_LENGTH.format(what="total", side="at least"))
+    )
+    max_total_len: int | None = field(
+        default=None, metadata=integer(minimum=0, help=_LENGTH.format(what="total", side="at most"))
+    )
+    min_accept_length: float | None = field(
+        default=None,
+        metadata=custom(
+            values.bound, "a number >= 0", help="keep a row whose meta.spec_accept_length is at least this"
+        ),
+    )
+    max_accept_length: float | None = field(
+        default=None,
+        metadata=custom(
+            values.bound,
+            "a number >= 0",
+            help="keep a row whose meta.spec_accept_length is at most this (the drafter's hard rows)",
+        ),
+    )
+    lowest_accept_fraction: float | None = field(
+        default=None,
+        metadata=custom(
+            values.fraction,
+            "a number > 0 and <= 1",
+            help="keep the ceil(f x measured) rows of the parent set with the lowest spec_accept_length "
+            "(ties: the earlier row)",
+        ),
+    )
+    max_repetition: float | None = field(
+        default=None,
+        metadata=custom(
+            values.share,
+            "a number from 0 to 1",
+            help="keep a row whose generated spans' n-gram repetition rate (the share of a span's "
+            "n-grams that repeat an earlier n-gram of the span; a row's: its highest span's) is at most this",
+        ),
+    )
+    repetition_ngram: int = field(
+        default=4, metadata=integer(minimum=1, maximum=64, help="n of max_repetition's n-grams")
+    )
+    drop_duplicate_prompts: bool = field(
+        default=False,
+        metadata=flag(help="drop a row whose prompt ids equal those of a row kept before it"),
+    )
+    near_duplicate_threshold: float | None = field(
+        default=None,
+        metadata=custom(
+            values.share,
+            "a number from 0 to 1",
+            help="drop a row whose prompt's shingles have an estimated Jaccard similarity of at least "
+            "this with a row kept before it (MinHash, 128 hashes, LSH candidates)",
+        ),
+    )
+    near_duplicate_shingle: int = field(
+        default=5, metadata=integer(minimum=1, maximum=64, help="ids per shingle of near_duplicate_threshold")
+    )
+
+    @property
+    def active(self) -> bool:
+        """Whether any rule is set (a section of defaults selects nothing and changes no id)."""
+        return bool(self.rules())
+
+    def rules(self) -> dict[str, Any]:
+        """The rules set, in declared order, with the n-gram and shingle sizes only beside the rule
+        that reads them: two sections that select the same rows give the same mapping."""
+        rules: dict[str, Any] = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if item.name in _RULE_OPTIONS or value is None or value is False:
+                continue
+            rules[item.name] = list(value) if isinstance(value, tuple) else value
+            if item.name in _RULE_OPTION_OF:
+                option = _RULE_OPTION_OF[item.name]
+                rules[option] = getattr(self, option)
+        return rules
+
+    def check(self) -> None:
+        """RecipeError for a lower bound above its upper one (no row could be kept)."""
+        for low, high in (
+            ("min_prompt_len", "max_prompt_len"), ("min_output_len", "max_output_len"),
+            ("min_total_len", "max_total_len"), ("min_accept_length", "max_accept_length"),
+        ):  # fmt: skip
+            lower, upper = getattr(self, low), getattr(self, high)
+            if lower is not None and upper is not None and lower > upper:
+                raise RecipeError(f"select.{low}", lower, f"expected at most select.{high} ({upper})")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A parsed, validated recipe. ``base_dir`` is where relative paths resolve."""
@@ -322,6 +450,7 @@ class Recipe:
     rollout: RolloutConfig = field(
         default_factory=RolloutConfig, metadata=custom(values.rollout_section, section=RolloutConfig)
     )
+    select: SelectConfig = field(default_factory=SelectConfig, metadata=section(SelectConfig, required=False))
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
 
     def resolve_path(self, value: str) -> Path:

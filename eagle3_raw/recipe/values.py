@@ -222,3 +222,45 @@ def component_params(params: Mapping[str, Any], at: At) -> dict[str, Any]:
     checked = checked_params(at.prefix, params, at.own)
     check_min_new_tokens(at.prefix, {**at.context["params"], **checked})
     return checked
+
+
+def bound(value: Any, at: At) -> float | None:
+    """A selection bound: a number >= 0, or null (no bound)."""
+    value = _given(value)
+    if value is None:
+        return None
+    if not (is_number(value) and value >= 0):
+        raise RecipeError(at.path, value, "expected a number >= 0, or null")
+    return float(value)
+
+
+def share(value: Any, at: At) -> float | None:
+    """A share from 0 to 1 (a repetition rate, a Jaccard similarity), or null."""
+    value = _given(value)
+    if value is None:
+        return None
+    if not (is_number(value) and 0 <= value <= 1):
+        raise RecipeError(at.path, value, "expected a number from 0 to 1, or null")
+    return float(value)
+
+
+def fraction(value: Any, at: At) -> float | None:
+    """A fraction of the rows: a number > 0 and <= 1, or null."""
+    value = _given(value)
+    if value is None:
+        return None
+    if not (is_number(value) and 0 < value <= 1):
+        raise RecipeError(at.path, value, "expected a number > 0 and <= 1 (e.g. 0.25: a quarter), or null")
+    return float(value)
+
+
+def finish_reasons(value: Any, at: At) -> tuple[str, ...] | None:
+    """``select.finish_reasons``: the finish reasons a row is kept with (distinct, sorted), or null."""
+    value = _given(value)
+    if value is None:
+        return None
+    known = at.spec.choices
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(v, str) and v in known for v in items):
+        raise RecipeError(at.path, value, f"expected a list of finish reasons from: {', '.join(known)}")
+    return tuple(sorted(set(items)))
