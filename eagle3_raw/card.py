@@ -254,6 +254,7 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "greedy": is_greedy(recipe["sampling"]),
         "samples_per_prompt": int(recipe["sampling"].get("samples_per_prompt") or 1),
         "acceptance": acceptance_context(manifest),
+        "selection": selection_context(manifest),
         **trainer_context(section),
     }
 
@@ -275,6 +276,23 @@ def acceptance_context(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
         "drafter": without_local_paths(dict((manifest.get("target") or {}).get("drafter") or {})),
         "overall": summary["overall"],
         "groups": [(name, list(groups[name].items())) for name in ACCEPTANCE_GROUPS if groups.get(name)],
+    }
+
+
+def selection_context(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A derived set's parent (config id, where it was pushed), its rules and the rows dropped by
+    reason, in the rules' order (None: the set selects nothing)."""
+    selection = manifest.get("selection")
+    if not selection:
+        return None
+    parent = selection.get("parent") or {}
+    return {
+        "parent": str(parent.get("config_id") or "unknown"),
+        "pushed": [str(where) for where in parent.get("pushed") or []],
+        "rules": dict(selection.get("rules") or {}),
+        "parent_rows": int(selection.get("parent_rows") or 0),
+        "kept": int(selection.get("kept") or 0),
+        "dropped": [(str(reason), int(count)) for reason, count in (selection.get("dropped") or {}).items()],
     }
 
 

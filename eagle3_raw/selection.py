@@ -339,9 +339,18 @@ def parent_recipe(recipe: Recipe) -> Recipe:
     return dataclasses.replace(recipe, select=SelectConfig())
 
 
-def parent_config_id(recipe: Recipe, target: Target) -> str:
-    """The config id of the set ``recipe`` selects from (by ``target``)."""
-    return set_config_id(parent_recipe(recipe), target)
+def parent_config_id(recipe: Recipe, target: Target, root: Path | None = None) -> str:
+    """The config id of the set ``recipe`` selects from (by ``target``). A config id is the
+    recipe's name and a digest that does not depend on it: a derived recipe renamed (to be pushed
+    beside its parent) names the parent's set in the journal ``root`` by the digest, whatever
+    name it was built under (the first in name order when several), else by its own name."""
+    own = set_config_id(parent_recipe(recipe), target)
+    digest = own.removeprefix(f"{recipe.name}-")
+    if root is not None and not set_dir(root, own).is_dir():
+        found = sorted(p.name for p in (root / "sets").glob(f"*-{digest}") if p.name.endswith(f"-{digest}"))
+        if found:
+            return found[0]
+    return own
 
 
 @dataclass(frozen=True)
@@ -367,9 +376,10 @@ def report(recipe: Recipe, journal_dir: Path) -> Report | None:
         selection = Selection.start(recipe.select, lambda: parent_tables(journal, recipe))
         for table in parent_tables(journal, recipe):
             selection.apply(table)
-    parent_id = parent_config_id(recipe, target)
-    return Report({"config_id": parent_id, "pushed": _pushed(journal_dir.parent.parent, parent_id)},
-                  recipe.select.rules(), selection.counts)  # fmt: skip
+    root = journal_dir.parent.parent  # the journal root (journal.set_dir)
+    parent_id = parent_config_id(recipe, target, root)
+    parent = {"config_id": parent_id, "pushed": _pushed(root, parent_id)}
+    return Report(parent, recipe.select.rules(), selection.counts)
 
 
 def _pushed(root: Path, config_id: str) -> list[str]:

@@ -22,6 +22,7 @@ from eagle3_raw.journal import Journal
 from eagle3_raw.recipe import Recipe
 from eagle3_raw.redact import public_command, scrub, scrub_text
 from eagle3_raw.run.render import Renderer
+from eagle3_raw.selection import report
 from eagle3_raw.version import __version__
 
 MANIFEST_FORMAT = 1
@@ -61,7 +62,15 @@ def build_manifest(
         "counts": _counts(recipe, scan, stats),
         "lengths": scan.length_stats(),
         "journal": _journal_history(journal_manifest),
+        **_selection(recipe, journal_dir),
     }
+
+
+def _selection(recipe: Recipe, journal_dir: Path) -> dict[str, Any]:
+    """A derived set's parent, rules and counts (:func:`eagle3_raw.selection.report`); absent for a
+    set that selects nothing."""
+    made = report(recipe, journal_dir) if recipe.select.active else None
+    return {"selection": made.to_dict()} if made is not None else {}
 
 
 def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
