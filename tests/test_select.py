@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,11 @@ def _write(folder: Path, raw: Mapping[str, Any], select: Mapping[str, Any] | Non
 def test_a_recipe_selects_nothing_without_a_rule_and_keeps_its_fingerprint(tmp_path: Path) -> None:
     plain = _recipe(tmp_path)
     assert not plain.select.active and "select" not in plain.to_dict()
-    for empty in ({}, {"repetition_ngram": 8, "near_duplicate_shingle": 3}, {"drop_duplicate_prompts": False}):
+    for empty in (
+        {},
+        {"repetition_ngram": 8, "near_duplicate_shingle": 3},
+        {"drop_duplicate_prompts": False},
+    ):
         same = load_recipe(_write(tmp_path, {**PARENT, "server": {"launch": "reference"}}, empty))
         assert same.fingerprint == plain.fingerprint, empty
     ruled = _recipe(tmp_path, max_repetition=0.2, finish_reasons="stop")
@@ -129,7 +133,8 @@ def test_a_recipe_selects_nothing_without_a_rule_and_keeps_its_fingerprint(tmp_p
     ("select", "message"),
     [
         ({"max_repetition": 1.5}, "'select.max_repetition': got 1.5; expected a number from 0 to 1, or null"),
-        ({"lowest_accept_fraction": 0}, "'select.lowest_accept_fraction': got 0; expected a number > 0 and <= 1"),
+        ({"lowest_accept_fraction": 0}, "'select.lowest_accept_fraction': got 0; expected a number > 0 "
+         "and <= 1"),
         ({"max_accept_length": -1}, "'select.max_accept_length': got -1; expected a number >= 0, or null"),
         ({"finish_reasons": ["abort"]}, "'select.finish_reasons': got ['abort']; expected a list of finish "
          "reasons from: stop, length"),
@@ -138,10 +143,206 @@ def test_a_recipe_selects_nothing_without_a_rule_and_keeps_its_fingerprint(tmp_p
         ({"max_repetitoin": 0.5}, "'select.max_repetitoin': got 0.5; unknown field (did you mean "
          "'max_repetition'?)"),
         ({"repetition_ngram": 0}, "'select.repetition_ngram': got 0; expected an integer >= 1"),
-        ({"drop_duplicate_prompts": "yes"}, "'select.drop_duplicate_prompts': got 'yes'; expected true or false"),
+        ({"drop_duplicate_prompts": "yes"}, "'select.drop_duplicate_prompts': got 'yes'; "
+         "expected true or false"),
     ],
 )  # fmt: skip
 def test_a_bad_rule_is_refused_naming_the_field(tmp_path: Path, select: dict[str, Any], message: str) -> None:
     with pytest.raises(RecipeError) as caught:
         _recipe(tmp_path, **select)
     assert message in str(caught.value)
+
+
+# --- derived sets, built ----------------------------------------------------------------------
+
+
+class Sets:
+    """A parent set built once on the speculating reference server, and sets derived from it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        shutil.copy(builder_scripts_dir() / "prompts" / "plain.jsonl", folder / "plain.jsonl")
+        self.parent_path = _write(folder, PARENT, None, "chats")
+        self.parent = self.build(self.parent_path)
+        self.rows = self.parent.dataset.to_list()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"journal_dir": self.folder / "journals", "progress": "none"}
+
+    def build(self, recipe: Path) -> Built:
+        return build(str(recipe), cache_dir=self.folder / "cache", run_options=self.options)
+
+    def derive(self, name: str, select: Mapping[str, Any]) -> tuple[Path, Built]:
+        path = _write(self.folder, {**PARENT, "name": name}, select, name)
+        return path, self.build(path)
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory: pytest.TempPathFactory) -> Sets:
+    made = Sets(tmp_path_factory.mktemp("select"))
+    assert len(made.rows) == 80
+    return made
+
+
+def _accept(row: Mapping[str, Any]) -> float | None:
+    value = (row["meta"] or {}).get("spec_accept_length")
+    return None if value is None else float(value)
+
+
+def _lengths(row: Mapping[str, Any]) -> dict[str, int]:
+    return {"prompt": row["prompt_len"], "output": sum(row["loss_mask"]), "total": len(row["input_ids"])}
+
+
+def _row_rate(row: Mapping[str, Any], n: int) -> float:
+    return max((naive_rate(row["input_ids"][s["start"] : s["end"]], n) for s in row["spans"]), default=0.0)
+
+
+def _first_reason(i: int, row: Mapping[str, Any], rules: Mapping[str, Any], lowest: set[int]) -> str | None:
+    """The first row rule (the documented order) that drops ``row``, the ``i``-th parent row."""
+    if "finish_reasons" in rules and row["finish_reason"] not in rules["finish_reasons"]:
+        return "finish_reasons"
+    lengths = _lengths(row)
+    for what in ("prompt", "output", "total"):
+        low, high = rules.get(f"min_{what}_len"), rules.get(f"max_{what}_len")
+        if low is not None and lengths[what] < low:
+            return f"min_{what}_len"
+        if high is not None and lengths[what] > high:
+            return f"max_{what}_len"
+    accept = _accept(row)
+    if {"min_accept_length", "max_accept_length", "lowest_accept_fraction"} & set(rules):
+        if accept is None:
+            return "accept_not_measured"
+        if accept < rules.get("min_accept_length", -math.inf):
+            return "min_accept_length"
+        if accept > rules.get("max_accept_length", math.inf):
+            return "max_accept_length"
+        if "lowest_accept_fraction" in rules and i not in lowest:
+            return "lowest_accept_fraction"
+    if (
+        "max_repetition" in rules
+        and _row_rate(row, rules.get("repetition_ngram", 4)) > rules["max_repetition"]
+    ):
+        return "max_repetition"
+    return None
+
+
+def expected(rows: Sequence[Mapping[str, Any]], rules: Mapping[str, Any]) -> tuple[list[str], Counter[str]]:
+    """The ids of the rows ``rules`` keep and the dropped rows by first reason, as the docs say."""
+    lowest: set[int] = set()
+    if "lowest_accept_fraction" in rules:
+        measured = sorted((a, i) for i, r in enumerate(rows) if (a := _accept(r)) is not None)
+        lowest = {i for _, i in measured[: math.ceil(rules["lowest_accept_fraction"] * len(measured))]}
+    kept, dropped, prompts = [], Counter[str](), set()
+    for i, row in enumerate(rows):
+        reason = _first_reason(i, row, rules, lowest)
+        prompt = tuple(row["input_ids"][: row["prompt_len"]])
+        if reason is None and rules.get("drop_duplicate_prompts") and prompt in prompts:
+            reason = "drop_duplicate_prompts"
+        if reason is None:
+            kept.append(row["id"])
+            prompts.add(prompt)
+        else:
+            dropped[reason] += 1
+    return kept, dropped
+
+
+def _as_parent(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows but for ``meta.attempts``: a derived set's build reuses the parent's generations, so
+    its rows count no attempt of their own (as any set whose requests were journaled before)."""
+    return [{**row, "meta": {k: v for k, v in row["meta"].items() if k != "attempts"}} for row in rows]
+
+
+def _quantile(values: Sequence[float], share: float) -> float:
+    return float(sorted(values)[int(share * (len(values) - 1))])
+
+
+def _rules(sets: Sets, kind: str) -> dict[str, Any]:
+    """Rules whose bounds come from the parent's own distribution, so each drops some rows."""
+    accept = [a for r in sets.rows if (a := _accept(r)) is not None]
+    rates = [_row_rate(r, 3) for r in sets.rows]
+    totals = [_lengths(r)["total"] for r in sets.rows]
+    if kind == "acceptance and repetition":
+        return {"max_accept_length": _quantile(accept, 0.5), "max_repetition": _quantile(rates, 0.7),
+                "repetition_ngram": 3}  # fmt: skip
+    if kind == "lowest acceptance, duplicates":
+        return {"lowest_accept_fraction": 0.4, "drop_duplicate_prompts": True}
+    assert kind == "lengths and finish reasons"
+    return {"finish_reasons": ["stop"], "max_total_len": int(_quantile(totals, 0.8)), "min_output_len": 8,
+            "min_accept_length": _quantile(accept, 0.1)}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["acceptance and repetition", "lowest acceptance, duplicates",
+                                  "lengths and finish reasons"])  # fmt: skip
+def test_a_derived_set_holds_exactly_the_rows_its_rules_keep(sets: Sets, kind: str) -> None:
+    from eagle3_raw.selection import report
+
+    rules = _rules(sets, kind)
+    path, derived = sets.derive("chats-" + kind.split()[0], rules)
+    ids, dropped = expected(sets.rows, rules)
+    assert 0 < len(ids) < len(sets.rows) and dropped
+    assert derived.dataset["id"] == ids
+    by_id = {row["id"]: row for row in sets.rows}
+    assert _as_parent(derived.dataset.to_list()) == _as_parent([by_id[i] for i in ids])
+    assert derived.config_id != sets.parent.config_id
+    made = report(load_recipe(path), derived.journal_dir)
+    assert made is not None
+    assert made.to_dict() == {
+        "parent": {"config_id": sets.parent.config_id, "pushed": []},
+        "rules": load_recipe(path).select.rules(),
+        "parent_rows": len(sets.rows),
+        "kept": len(ids),
+        "dropped": dict(dropped),
+    }
+    order = ["finish_reasons", "min_prompt_len", "max_prompt_len", "min_output_len", "max_output_len",
+             "min_total_len", "max_total_len", "accept_not_measured", "min_accept_length",
+             "max_accept_length", "lowest_accept_fraction", "max_repetition",
+             "drop_duplicate_prompts"]  # fmt: skip
+    assert list(made.to_dict()["dropped"]) == [reason for reason in order if reason in dropped]
+
+
+@pytest.mark.slow
+def test_a_derived_set_reads_back_from_the_cache_and_loads_by_name(sets: Sets) -> None:
+    rules = _rules(sets, "acceptance and repetition")
+    path, first = sets.derive("chats-again", rules)
+    again = sets.build(path)
+    assert not again.generated and again.dataset.to_list() == first.dataset.to_list()
+    loaded = datasets.load_dataset("eagle3_raw", recipe=str(path), split="train",
+                                   cache_dir=str(sets.folder / "cache"), **sets.options)  # fmt: skip
+    assert loaded["id"] == first.dataset["id"]
+
+
+@pytest.mark.slow
+def test_a_derived_set_pushes_with_its_parent_named_and_exports(
+    sets: Sets, emulator: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", emulator.tokens.write)
+    hub.push(str(sets.parent_path), REPO, tag="v1", cache_dir=sets.folder / "cache", run_options=sets.options)
+    rules = _rules(sets, "acceptance and repetition")
+    path = _write(sets.folder, {**PARENT, "name": "chats-hard"}, rules, "chats-hard")
+    pushed = hub.push(str(path), REPO, tag="v2", cache_dir=sets.folder / "cache", run_options=sets.options)
+    ids, dropped = expected(sets.rows, rules)
+    assert pushed.rows == len(ids)
+
+    files = emulator.files(REPO, "v2")
+    manifest = orjson.loads(files["recipes/chats-hard.manifest.json"])
+    assert manifest["selection"]["parent"] == {"config_id": sets.parent.config_id, "pushed": [f"{REPO}@v1"]}
+    assert manifest["selection"]["dropped"] == dict(dropped) and manifest["selection"]["kept"] == len(ids)
+    assert manifest["config_id"] != sets.parent.config_id and manifest["counts"]["rows"] == len(ids)
+    card = files["README.md"].decode()
+    section = card.split("<!-- eagle3_raw:config:chats-hard:start -->")[1].split("### How it was made")[0]
+    assert f"`{sets.parent.config_id}` (published as `{REPO}@v1`)" in section
+    assert f"{len(ids)} of its {len(sets.rows)} rows" in section
+    for reason, count in dropped.items():
+        assert f"| `{reason}` | {count} |" in section
+    assert "### Selection" not in card.split("<!-- eagle3_raw:config:chats:start -->")[1].split(":end -->")[0]
+
+    rows = datasets.load_dataset(
+        REPO, "chats-hard", revision="v2", split="train", token=emulator.tokens.write
+    )
+    assert rows["id"] == ids
+    done = export(recipe=str(path), output_dir=tmp_path / "out", layout="specforge",
+                  cache_dir=sets.folder / "cache", run_options=sets.options)  # fmt: skip
+    lines = [orjson.loads(line) for line in (tmp_path / "out" / "chats-hard.jsonl").read_bytes().splitlines()]
+    assert [line["id"] for line in lines] == ids and done is not None
