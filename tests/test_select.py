@@ -346,3 +346,37 @@ def test_a_derived_set_pushes_with_its_parent_named_and_exports(
                   cache_dir=sets.folder / "cache", run_options=sets.options)  # fmt: skip
     lines = [orjson.loads(line) for line in (tmp_path / "out" / "chats-hard.jsonl").read_bytes().splitlines()]
     assert [line["id"] for line in lines] == ids and done is not None
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_select_writes_a_derived_recipe_whose_parent_is_the_recipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eagle3_raw.selection import parent_recipe
+    from tests.helpers import error_line, run_main
+
+    original = _recipe(tmp_path)
+    source = tmp_path / "r.yaml"
+    out = tmp_path / "derived" / "hard.yaml"
+    out.parent.mkdir()
+    argv = ["select", str(source), "--name", "hard", "--out", str(out), "--max-accept-length", "2.5",
+            "--max-repetition", "0.3", "--repetition-ngram", "3", "--finish-reasons", "stop",
+            "--drop-duplicate-prompts"]  # fmt: skip
+    code, stdout, _ = run_main(capsys, *argv)
+    assert code == 0 and f"eagle3-raw build {out}" in stdout
+    derived = load_recipe(out)  # its prompt file found from its own folder
+    assert derived.name == "hard" and yaml.safe_load(out.read_text())["prompts"]["source"] == "../plain.jsonl"
+    assert derived.select.rules() == {
+        "finish_reasons": ["stop"], "max_accept_length": 2.5, "max_repetition": 0.3, "repetition_ngram": 3,
+        "drop_duplicate_prompts": True,
+    }  # fmt: skip
+    assert parent_recipe(derived).fingerprint == original.fingerprint != derived.fingerprint
+
+    code, _, err = run_main(capsys, *argv)
+    assert code == 1 and error_line(err).endswith("exists: choose another --out, or --force to replace it")
+    code, _, err = run_main(capsys, *argv[:5], str(tmp_path / "x.yaml"), "--max-repetition", "2")
+    assert code == 1 and "'select.max_repetition': got 2; expected a number from 0 to 1" in error_line(err)
+    code, _, err = run_main(capsys, *argv[:5], str(tmp_path / "x.yaml"))
+    assert code == 1 and "give at least one rule" in error_line(err)

@@ -34,6 +34,7 @@ from eagle3_raw.cli.common import (
     run_kwargs,
     summary_text,
 )
+from eagle3_raw.cli.select import add_select
 from eagle3_raw.cli.validate import add_validate
 from eagle3_raw.cluster.environment import shard_option
 from eagle3_raw.errors import Eagle3RawError, Interrupted, LocalFileError
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hub(sub)
     _add_looking(sub)
     _add_export(sub)
+    add_select(sub)
     _add_cluster(sub)
     _add_serve_reference(sub)
     return parser
