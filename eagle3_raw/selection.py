@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eagle3_raw.errors import JournalError
+from eagle3_raw.errors import FatalError, JournalError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import Journal, set_dir
 from eagle3_raw.recipe import Recipe
@@ -85,7 +85,14 @@ def tables(journal: Journal, recipe: Recipe) -> Iterator[pa.Table]:
     selection = Selection.start(recipe.select, lambda: parent_tables(journal, recipe))
     for table in parent_tables(journal, recipe):
         yield selection.apply(table)
-    log.info("%s", selection.counts.describe())
+    counts = selection.counts
+    if counts.parent_rows and not counts.kept:
+        unmeasured = " (the parent's rows have no acceptance figures: was its server speculating?)"
+        raise FatalError(
+            f"recipe {recipe.name!r} kept no row: {counts.describe()}"
+            f"{unmeasured if counts.dropped[UNMEASURED] else ''}; loosen its select rules"
+        )
+    log.info("%s", counts.describe())
 
 
 def parent_tables(journal: Journal, recipe: Recipe) -> Iterator[pa.Table]:

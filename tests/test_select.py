@@ -23,7 +23,7 @@ import yaml
 
 from eagle3_raw import hub
 from eagle3_raw.builder import Built, build
-from eagle3_raw.errors import RecipeError
+from eagle3_raw.errors import FatalError, RecipeError
 from eagle3_raw.export import export
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.resources import builder_scripts_dir
@@ -380,3 +380,20 @@ def test_select_writes_a_derived_recipe_whose_parent_is_the_recipe(
     assert code == 1 and "'select.max_repetition': got 2; expected a number from 0 to 1" in error_line(err)
     code, _, err = run_main(capsys, *argv[:5], str(tmp_path / "x.yaml"))
     assert code == 1 and "give at least one rule" in error_line(err)
+
+
+@pytest.mark.slow
+def test_acceptance_rules_on_a_set_without_figures_say_why_nothing_is_kept(tmp_path: Path) -> None:
+    shutil.copy(builder_scripts_dir() / "prompts" / "plain.jsonl", tmp_path / "plain.jsonl")
+    plain = {**PARENT, "server": {"launch": "reference"}, "prompts": {**PARENT["prompts"], "limit": 4}}
+    path = _write(tmp_path, plain, {"max_accept_length": 9.0}, "plain")
+    with pytest.raises(FatalError) as caught:
+        build(
+            str(path),
+            cache_dir=tmp_path / "cache",
+            run_options={"journal_dir": tmp_path / "j", "progress": "none"},
+        )
+    assert str(caught.value) == (
+        "recipe 'chats' kept no row: select: kept 0 of 8 rows; dropped: accept_not_measured 8 (the parent's "
+        "rows have no acceptance figures: was its server speculating?); loosen its select rules"
+    )
