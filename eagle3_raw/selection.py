@@ -253,7 +253,7 @@ def row_lengths(table: pa.Table) -> dict[str, np.ndarray]:
     prompt = table["prompt_len"].to_numpy().astype(np.int64)
     total = pc.list_value_length(table["input_ids"]).to_numpy().astype(np.int64)
     mask = table["loss_mask"].combine_chunks()
-    flat = np.asarray(mask.flatten().to_numpy(), dtype=np.int64)
+    flat = np.asarray(mask.values.to_numpy(), dtype=np.int64)  # .values: the offsets index into it
     offsets = np.asarray(mask.offsets.to_numpy(), dtype=np.int64)
     sums = np.concatenate([[0], np.cumsum(flat)])
     return {"prompt": prompt, "output": sums[offsets[1:]] - sums[offsets[:-1]], "total": total}
@@ -261,10 +261,11 @@ def row_lengths(table: pa.Table) -> dict[str, np.ndarray]:
 
 def span_rates(table: pa.Table, n: int) -> list[list[float]]:
     """Each row's generated spans' repetition rates (:func:`repetition_rate`), span by span."""
+    ids, offsets = _flat_ids(table)
     rows: list[list[float]] = []
-    for ids, spans in zip(table["input_ids"].to_pylist(), table["spans"].to_pylist(), strict=True):
-        values = np.asarray(ids, dtype=np.int32)
-        rows.append([repetition_rate(values[s["start"] : s["end"]], n) for s in spans or []])
+    for row, spans in enumerate(table["spans"].to_pylist()):
+        base = offsets[row]
+        rows.append([repetition_rate(ids[base + s["start"] : base + s["end"]], n) for s in spans or []])
     return rows
 
 
@@ -281,9 +282,18 @@ def repetition_rate(ids: np.ndarray | list[int], n: int) -> float:
 
 
 def _prompt_ids(table: pa.Table) -> list[np.ndarray]:
-    """Each row's prompt ids (``input_ids[:prompt_len]``)."""
-    rows = zip(table["input_ids"].to_pylist(), table["prompt_len"].to_pylist(), strict=True)
-    return [np.asarray(ids[:length], dtype=np.int32) for ids, length in rows]
+    """Each row's prompt ids (``input_ids[:prompt_len]``), as views of the batch's ids."""
+    ids, offsets = _flat_ids(table)
+    lengths = table["prompt_len"].to_numpy()
+    return [ids[offsets[row] : offsets[row] + int(lengths[row])] for row in range(table.num_rows)]
+
+
+def _flat_ids(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's ``input_ids`` as one int32 array and each row's start in it (and the end)."""
+    column = table["input_ids"].combine_chunks()
+    offsets = np.asarray(column.offsets.to_numpy(), dtype=np.int64)
+    values = np.asarray(column.values.to_numpy(), dtype=np.int32)
+    return values, offsets
 
 
 # --- near duplicates --------------------------------------------------------------------------
