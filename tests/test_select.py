@@ -397,3 +397,55 @@ def test_acceptance_rules_on_a_set_without_figures_say_why_nothing_is_kept(tmp_p
         "recipe 'chats' kept no row: select: kept 0 of 8 rows; dropped: accept_not_measured 8 (the parent's "
         "rows have no acceptance figures: was its server speculating?); loosen its select rules"
     )
+
+
+def _shingles(ids: Sequence[int], k: int) -> set[tuple[int, ...]]:
+    return {tuple(ids[i : i + k]) for i in range(max(1, len(ids) - k + 1))}
+
+
+@pytest.mark.slow
+def test_near_duplicate_prompts_are_dropped_and_distinct_ones_kept(tmp_path: Path) -> None:
+    """Prompts and near copies (one word changed) whose shingle Jaccard similarities are far from
+    the threshold on both sides: the derived set keeps exactly the first of each group."""
+    words = [
+        "river",
+        "stone",
+        "cloud",
+        "lantern",
+        "meadow",
+        "copper",
+        "violin",
+        "harbor",
+        "ember",
+        "willow",
+        "quartz",
+        "falcon",
+    ]
+    rng = np.random.default_rng(11)
+    prompts = []
+    for group in range(6):
+        text = [str(w) for w in rng.choice(words, 60)]
+        prompts.append({"id": f"g{group}-0", "prompt": f"Story {group}: " + " ".join(text)})
+        for copy in range(1, 1 + group % 3):
+            changed = [*text[:30], "saffron", *text[31:]]
+            prompts.append({"id": f"g{group}-{copy}", "prompt": f"Story {group}: " + " ".join(changed)})
+    (tmp_path / "plain.jsonl").write_bytes(b"".join(orjson.dumps(p) + b"\n" for p in prompts))
+    raw = {**PARENT, "sampling": {**PARENT["sampling"], "samples_per_prompt": 1, "max_new_tokens": 8}}
+    options = {"journal_dir": tmp_path / "j", "progress": "none"}
+    parent = build(str(_write(tmp_path, raw, None, "p")), cache_dir=tmp_path / "cache", run_options=options)
+    rows = parent.dataset.to_list()
+    threshold = 0.8
+    kept: list[dict[str, Any]] = []
+    for row in rows:
+        shingles = _shingles(row["input_ids"][: row["prompt_len"]], 5)
+        similar = [
+            len(shingles & s) / len(shingles | s)
+            for s in (_shingles(k["input_ids"][: k["prompt_len"]], 5) for k in kept)
+        ]
+        assert all(j >= 0.85 or j <= 0.5 for j in similar), similar  # far from the threshold
+        if not any(j >= threshold for j in similar):
+            kept.append(row)
+    assert [r["id"] for r in kept] == [f"g{g}-0:1:0" for g in range(6)] and len(rows) == 12
+    path = _write(tmp_path, {**raw, "name": "distinct"}, {"near_duplicate_threshold": threshold}, "d")
+    derived = build(str(path), cache_dir=tmp_path / "cache", run_options=options)
+    assert derived.dataset["id"] == [r["id"] for r in kept]
