@@ -90,7 +90,7 @@ def tables(journal: Journal, recipe: Recipe) -> Iterator[pa.Table]:
         unmeasured = " (the parent's rows have no acceptance figures: was its server speculating?)"
         raise FatalError(
             f"recipe {recipe.name!r} kept no row: {counts.describe()}"
-            f"{unmeasured if counts.dropped[UNMEASURED] else ''}; loosen its select rules"
+            f"{unmeasured if counts.dropped.get(UNMEASURED) else ''}; loosen its select rules"
         )
     log.info("%s", counts.describe())
 
@@ -106,17 +106,17 @@ def parent_tables(journal: Journal, recipe: Recipe) -> Iterator[pa.Table]:
 # --- the counts -------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Counts:
     """Rows read from the parent, rows kept, and rows dropped by reason (:data:`REASONS`)."""
 
     parent_rows: int = 0
     kept: int = 0
-    dropped: Counter[str] = field(default_factory=Counter)
+    dropped: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the dropped counts in the rules' order, reasons that dropped none left out."""
-        dropped = {reason: self.dropped[reason] for reason in REASONS if self.dropped[reason]}
+        dropped = {reason: self.dropped[reason] for reason in REASONS if self.dropped.get(reason)}
         return {"parent_rows": self.parent_rows, "kept": self.kept, "dropped": dropped}
 
     def describe(self) -> str:
@@ -138,9 +138,17 @@ class Selection:
         among the lowest (:func:`lowest_accept`)."""
         self.rules = rules
         self.lowest = lowest
-        self.counts = Counts()
+        self._rows = 0
+        self._dropped: Counter[str] = Counter()
         self._seen: set[bytes] = set()
-        self._near = NearDuplicates(rules.near_duplicate_shingle) if rules.near_duplicate_threshold else None
+        near = rules.near_duplicate_threshold is not None
+        self._near = NearDuplicates(rules.near_duplicate_shingle) if near else None
+
+    @property
+    def counts(self) -> Counts:
+        """What this read has counted so far."""
+        dropped = dict(self._dropped)
+        return Counts(self._rows, self._rows - sum(dropped.values()), dropped)
 
     @classmethod
     def start(cls, rules: SelectConfig, parent: Callable[[], Iterable[pa.Table]]) -> Selection:
@@ -154,8 +162,8 @@ class Selection:
 
     def apply(self, table: pa.Table) -> pa.Table:
         """The rows of ``table`` (the next parent batch) that every rule keeps, drops counted."""
-        first = self.counts.parent_rows
-        self.counts.parent_rows += table.num_rows
+        first = self._rows
+        self._rows += table.num_rows
         reasons = self.row_reasons(table, first)
         keep = np.zeros(table.num_rows, dtype=bool)
         prompts = _prompt_ids(table) if self._needs_prompts else None
@@ -165,8 +173,7 @@ class Selection:
             if reason is None:
                 keep[i] = True
             else:
-                self.counts.dropped[reason] += 1
-        self.counts.kept += int(keep.sum())
+                self._dropped[reason] += 1
         return table.filter(pa.array(keep))
 
     @property

@@ -142,6 +142,8 @@ def test_a_recipe_selects_nothing_without_a_rule_and_keeps_its_fingerprint(tmp_p
          "select.max_output_len (3)"),
         ({"max_repetitoin": 0.5}, "'select.max_repetitoin': got 0.5; unknown field (did you mean "
          "'max_repetition'?)"),
+        ({"near_duplicate_threshold": 0}, "'select.near_duplicate_threshold': got 0; expected a similarity "
+         "> 0 and <= 1 (e.g. 0.8), or null"),
         ({"repetition_ngram": 0}, "'select.repetition_ngram': got 0; expected an integer >= 1"),
         ({"drop_duplicate_prompts": "yes"}, "'select.drop_duplicate_prompts': got 'yes'; "
          "expected true or false"),

@@ -393,8 +393,8 @@ class SelectConfig:
     near_duplicate_threshold: float | None = field(
         default=None,
         metadata=custom(
-            values.share,
-            "a number from 0 to 1",
+            values.similarity,
+            "a number > 0 and <= 1",
             help="drop a row whose prompt's shingles have an estimated Jaccard similarity of at least "
             "this with a row kept before it (MinHash, 128 hashes, LSH candidates)",
         ),

@@ -254,6 +254,16 @@ def fraction(value: Any, at: At) -> float | None:
     return float(value)
 
 
+def similarity(value: Any, at: At) -> float | None:
+    """A Jaccard similarity threshold: a number > 0 and <= 1, or null."""
+    value = _given(value)
+    if value is None:
+        return None
+    if not (is_number(value) and 0 < value <= 1):
+        raise RecipeError(at.path, value, "expected a similarity > 0 and <= 1 (e.g. 0.8), or null")
+    return float(value)
+
+
 def finish_reasons(value: Any, at: At) -> tuple[str, ...] | None:
     """``select.finish_reasons``: the finish reasons a row is kept with (distinct, sorted), or null."""
     value = _given(value)
