@@ -288,6 +288,8 @@ def test_a_derived_set_holds_exactly_the_rows_its_rules_keep(sets: Sets, kind: s
     by_id = {row["id"]: row for row in sets.rows}
     assert _as_parent(derived.dataset.to_list()) == _as_parent([by_id[i] for i in ids])
     assert derived.config_id != sets.parent.config_id
+    assert derived.run_result is not None  # built, from the parent's generations: no request sent
+    assert (derived.run_result.summary.run_rows, derived.run_result.summary.run_reused) == (0, len(sets.rows))
     made = report(load_recipe(path), derived.journal_dir)
     assert made is not None
     assert made.to_dict() == {
