@@ -315,6 +315,10 @@ def test_a_derived_set_reads_back_from_the_cache_and_loads_by_name(sets: Sets) -
     loaded = datasets.load_dataset("eagle3_raw", recipe=str(path), split="train",
                                    cache_dir=str(sets.folder / "cache"), **sets.options)  # fmt: skip
     assert loaded["id"] == first.dataset["id"]
+    overridden = build(str(sets.parent_path), overrides={"select": rules}, cache_dir=sets.folder / "cache",
+                       run_options=sets.options)  # fmt: skip
+    assert overridden.dataset["id"] == first.dataset["id"]  # select given as an override
+    assert overridden.config_id not in (first.config_id, sets.parent.config_id)  # another name: another id
 
 
 @pytest.mark.slow
