@@ -33,6 +33,7 @@ from eagle3_raw.rows import features
 from eagle3_raw.run.build import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
 from eagle3_raw.run.progress import reason_lines
 from eagle3_raw.run.shards import check_whole, whole_count
+from eagle3_raw.splits import TRAIN, VALIDATION, SplitName, SplitRule, split_mask, validation_ids
 
 log = logging.getLogger("eagle3_raw")
 
@@ -141,10 +142,17 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         _private_folder(self._output_dir)  # before any Arrow file is written into it
         self.run_result = run(self.recipe, self.config.run_options, self.config.target)
         kwargs = {"root": self.config.run_options.root, "config_id": self.run_result.config_id}
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
+        if self.recipe.splits.rule is None:
+            return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
+        return [
+            datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={**kwargs, "split": TRAIN}),
+            datasets.SplitGenerator(name=datasets.Split.VALIDATION, gen_kwargs={**kwargs, "split": VALIDATION}),
+        ]
 
-    def _generate_tables(self, root: Path, config_id: str) -> Iterator[tuple[Any, pa.Table]]:
-        yield from journal_tables(root, config_id, self.recipe)
+    def _generate_tables(
+        self, root: Path, config_id: str, split: SplitName | None = None
+    ) -> Iterator[tuple[Any, pa.Table]]:
+        yield from journal_tables(root, config_id, self.recipe, split=split)
 
 
 def _private_folder(folder: str) -> None:
@@ -176,22 +184,61 @@ def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:
     return "-partial"
 
 
-def journal_tables(root: Path, config_id: str, recipe: Recipe) -> Iterator[tuple[Any, pa.Table]]:
+def journal_tables(
+    root: Path, config_id: str, recipe: Recipe, *, split: SplitName | None = None
+) -> Iterator[tuple[Any, pa.Table]]:
     """The set's rows in canonical order, from its journal alone, as ``datasets`` keys and Arrow
     tables. Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``.
+    ``split`` (with a recipe's ``splits``): only that split's rows (:mod:`eagle3_raw.splits`);
+    None: every row. FatalError, saying why, when there is none.
     """
     from datasets.builder import Key
 
-    rows = 0
+    rule = recipe.splits.rule if split is not None else None
+    rows = kept = 0
     with Journal.read(root, config_id) as journal:
         journal_dir = journal.directory
+        held = _held_out(journal, recipe, rule)
         for batch, table in enumerate(journal.iter_tables()):
-            if recipe.on_truncation == "drop":
-                table = table.filter(pc.not_equal(table["finish_reason"], "length"))
+            table = _kept(table, recipe)
             rows += table.num_rows
+            if rule is not None and split is not None:
+                table = table.filter(split_mask(table, split, held))
+            kept += table.num_rows
             yield Key(0, batch), table
         if rows == 0:  # datasets cannot hold an empty split: say why there is nothing
             raise FatalError(_no_rows_message(journal.stats(), journal.failures(), recipe, journal_dir))
+        if kept == 0:
+            assert rule is not None and split is not None
+            raise FatalError(_empty_split_message(recipe, rule, split, rows))
+
+
+def _kept(table: pa.Table, recipe: Recipe) -> pa.Table:
+    """``table`` without the rows ``on_truncation: drop`` leaves out."""
+    if recipe.on_truncation == "drop":
+        return table.filter(pc.not_equal(table["finish_reason"], "length"))
+    return table
+
+
+def _held_out(journal: Journal, recipe: Recipe, rule: SplitRule | None) -> frozenset[str] | SplitRule:
+    """What :func:`~eagle3_raw.splits.split_mask` needs: a fraction's rule as it is; for a count,
+    the held-out ids among every source id of the set (one more pass over the journal)."""
+    if rule is None or rule.count is None:
+        return rule or frozenset()
+    ids = (s for table in journal.iter_tables() for s in _kept(table, recipe)["source_id"].to_pylist())
+    return validation_ids(ids, rule)
+
+
+def _empty_split_message(recipe: Recipe, rule: SplitRule, split: SplitName, rows: int) -> str:
+    """Why one split of a set that has rows is empty, and what to change."""
+    if split == VALIDATION:
+        fix = "raise splits.validation, or give a count of conversations (e.g. splits.validation: 10)"
+    else:
+        fix = "lower splits.validation: a count must leave conversations to train on"
+    return (
+        f"recipe {recipe.name!r}: its {split} split is empty: splits.validation "
+        f"({rule.describe()}) puts every one of the set's {rows:,} rows in the other split; {fix}"
+    )
 
 
 def _no_rows_message(
@@ -219,7 +266,9 @@ def _top_failures(failures: list[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class Built:
-    """A built set, where its journal is, and the run that generated it (None: reused from the cache)."""
+    """A built set, where its journal is, and the run that generated it (None: reused from the cache).
+    ``dataset`` is the ``train`` split (every row when the recipe holds none out); ``validation``
+    the held-out split, or None."""
 
     dataset: datasets.Dataset
     journal_dir: Path
@@ -229,6 +278,12 @@ class Built:
     """The set's config id (``-partial`` at the end for a set assembled before every shard finished)."""
     cached_failures: Mapping[str, int] = field(default_factory=dict)
     """Reused from the cache: reason -> rows that failed for good when the set was built."""
+    validation: datasets.Dataset | None = None
+
+    @property
+    def splits(self) -> dict[str, datasets.Dataset]:
+        """Split name -> its rows: ``train``, and ``validation`` when the recipe holds one out."""
+        return {TRAIN: self.dataset, **({VALIDATION: self.validation} if self.validation is not None else {})}
 
     @property
     def partial(self) -> bool:
@@ -260,9 +315,10 @@ def build(
     config: Eagle3RawConfig = builder.config
     assert config.target is not None
     journal = set_dir(config.run_options.root, set_config_id(builder.recipe, config.target))
-    dataset = builder.as_dataset(split="train")
+    dataset = builder.as_dataset(split=TRAIN)
+    validation = builder.as_dataset(split=VALIDATION) if builder.recipe.splits.rule is not None else None
     failures = dict(builder.cached_failures)
-    return Built(dataset, journal, result, str(builder.cache_dir), config.set_id, failures)
+    return Built(dataset, journal, result, str(builder.cache_dir), config.set_id, failures, validation)
 
 
 def failed_for_good(directory: Path) -> dict[str, int]:

@@ -17,7 +17,7 @@ seeded hash of its ``source_id``: :func:`split_key` is the first 8 bytes of
   ``validation`` left the set. Every other conversation keeps its split.
 
 Only the reading splits a set: every row is generated once into the journal, whatever its split.
-This module is a leaf (the standard library, numpy and pyarrow).
+This module is a leaf (the standard library; pyarrow where a table is split).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
+if TYPE_CHECKING:  # pyarrow loads where tables are split, not with the recipe
+    import pyarrow as pa
 
 TRAIN: Final = "train"
 VALIDATION: Final = "validation"
@@ -95,6 +95,9 @@ def validation_ids(source_ids: Iterable[str], rule: SplitRule) -> frozenset[str]
 def split_mask(table: pa.Table, split: SplitName, held: frozenset[str] | SplitRule) -> pa.ChunkedArray:
     """The rows of ``table`` (by its ``source_id`` column) that are in ``split``: ``held`` is the
     set's held-out ids, or a fraction's rule (each distinct id of the table hashed once)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     column = table["source_id"]
     if isinstance(held, SplitRule):
         distinct = pc.unique(column).to_pylist()
