@@ -144,10 +144,8 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         kwargs = {"root": self.config.run_options.root, "config_id": self.run_result.config_id}
         if self.recipe.splits.rule is None:
             return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
-        return [
-            datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={**kwargs, "split": TRAIN}),
-            datasets.SplitGenerator(name=datasets.Split.VALIDATION, gen_kwargs={**kwargs, "split": VALIDATION}),
-        ]
+        splits = (TRAIN, VALIDATION)
+        return [datasets.SplitGenerator(name=s, gen_kwargs={**kwargs, "split": s}) for s in splits]
 
     def _generate_tables(
         self, root: Path, config_id: str, split: SplitName | None = None

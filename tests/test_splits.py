@@ -19,12 +19,23 @@ import pytest
 import yaml
 
 import eagle3_raw
+from eagle3_raw import hub
 from eagle3_raw.builder import build
 from eagle3_raw.errors import FatalError, RecipeError
 from eagle3_raw.export import export
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.splits import SplitRule, split_key, split_mask, validation_ids
 from tests.helpers import write_jsonl
+
+try:
+    from tests.support.hub_server import HubServer, hub_server
+    from tests.support.hub_server import hub as hub_fixture
+except ModuleNotFoundError:  # `tests` is a package only when the repo root is on sys.path
+    from support.hub_server import HubServer, hub_server  # type: ignore[no-redef]
+    from support.hub_server import hub as hub_fixture  # type: ignore[no-redef]
+
+emulator = hub_fixture
+__all__ = ["emulator", "hub_server"]  # fixtures used by name
 
 BASE: dict[str, Any] = {
     "name": "held",
@@ -227,7 +238,8 @@ def _read_back(path: Path, layout: str) -> list[dict[str, Any]]:
 
 
 def _expected(rows: datasets.Dataset, layout: str) -> list[dict[str, Any]]:
-    names = {"modelopt": ("conversation_id", "token_ids", "loss_mask")}.get(layout, ("id", "input_ids", "loss_mask"))
+    plain = ("id", "input_ids", "loss_mask")
+    names = ("conversation_id", "token_ids", "loss_mask") if layout == "modelopt" else plain
     return [dict(zip(names, (r["id"], r["input_ids"], r["loss_mask"]), strict=True)) for r in rows.to_list()]
 
 
@@ -240,3 +252,29 @@ def test_an_empty_split_says_why(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, splits={"validation": 5})
     with pytest.raises(FatalError, match=r"train split is empty.*lower splits.validation"):
         build(str(recipe), cache_dir=tmp_path / "cache", run_options=_run(tmp_path))
+
+
+@pytest.mark.slow
+def test_push_publishes_both_splits_and_their_counts(
+    emulator: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", emulator.tokens.write)
+    write_jsonl(tmp_path / "prompts.jsonl", _prompts(40))
+    recipe = _recipe(tmp_path, splits={"validation": 0.1, "seed": 4})
+    result = hub.push(str(recipe), "alice/held", tag="v1", run_options=_run(tmp_path))
+    local = build(str(recipe), run_options=_run(tmp_path))
+    assert local.validation is not None and not local.generated
+    for split, rows in local.splits.items():
+        published = datasets.load_dataset("alice/held", "held", revision="v1", split=split,
+                                          token=emulator.tokens.write)  # fmt: skip
+        assert published.to_list() == rows.to_list()
+    files = emulator.files("alice/held", "v1")
+    manifest = orjson.loads(files["recipes/held.manifest.json"])
+    conversations = {s: len(set(rows["source_id"])) for s, rows in local.splits.items()}
+    for split, rows in local.splits.items():
+        assert manifest["splits"][split] == {"rows": len(rows), "conversations": conversations[split]}
+    assert manifest["splits"]["rule"]["validation"] == 0.1 and manifest["splits"]["rule"]["seed"] == 4
+    assert manifest["counts"]["rows"] == len(local.dataset) == result.rows
+    card = files["README.md"].decode()
+    assert f"| `validation` | {len(local.validation):,} | {conversations['validation']:,} |" in card
+    assert 'split="validation"' in card

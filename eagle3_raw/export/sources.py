@@ -23,6 +23,7 @@ from eagle3_raw.hub.client import hub_api, parse_repo_ref
 from eagle3_raw.hub.strangers import load_published_rows, published_json, published_vocab_size, resolve_config
 from eagle3_raw.recipe import load_recipe, tokenizer_path
 from eagle3_raw.run.render import Renderer
+from eagle3_raw.splits import VALIDATION
 
 if TYPE_CHECKING:
     import datasets
@@ -41,6 +42,8 @@ class Source:
     draft_vocab_sizes: tuple[int, ...] = ()
     repo_id: str | None = None
     revision: str | None = None
+    validation: datasets.Dataset | None = None
+    """The held-out split (a recipe's ``splits``), or None."""
 
     @property
     def label(self) -> str:
@@ -60,9 +63,13 @@ def from_recipe(
     """The recipe's set (built or reused, as :func:`eagle3_raw.load` does)."""
     loaded = load_recipe(recipe, overrides)
     options = dict(run_options or {})
-    dataset = load_set(loaded, cache_dir=str(cache_dir) if cache_dir else None, **options)
+    cache = str(cache_dir) if cache_dir else None
+    dataset = load_set(loaded, cache_dir=cache, **options)
+    validation = (
+        load_set(loaded, VALIDATION, cache_dir=cache, **options) if loaded.splits.rule is not None else None
+    )
     size, origin = (target_vocab_size, "given") if target_vocab_size else recipe_vocab_size(loaded)
-    return Source(dataset, loaded.name, size, origin, loaded.export.draft_vocab_sizes)
+    return Source(dataset, loaded.name, size, origin, loaded.export.draft_vocab_sizes, validation=validation)
 
 
 def recipe_vocab_size(recipe: Recipe) -> tuple[int, str]:
