@@ -278,3 +278,9 @@ def test_push_publishes_both_splits_and_their_counts(
     card = files["README.md"].decode()
     assert f"| `validation` | {len(local.validation):,} | {conversations['validation']:,} |" in card
     assert 'split="validation"' in card
+
+    done = export(hub="alice/held@v1", layout="specforge", output_dir=tmp_path / "from-hub",
+                  token=emulator.tokens.write, cache_dir=tmp_path / "hub-cache")  # fmt: skip
+    assert done.validation_file is not None
+    assert _read_back(done.validation_file, "specforge") == _expected(local.validation, "specforge")
+    assert _read_back(done.data_file, "specforge") == _expected(local.dataset, "specforge")

@@ -118,9 +118,23 @@ def from_hub(
     api = hub_api(token)
     commit, name = resolve_config(api, repo_id, revision, config)
     dataset = load_published_rows(api, repo_id, name, commit, cache_dir)
+    validation = _published_validation(api, repo_id, commit, name, cache_dir)
     given = (target_vocab_size, "given") if target_vocab_size else None
     size, origin = given or _published_vocab(api, repo_id, commit, name)
-    return Source(dataset, name, size, origin, repo_id=repo_id, revision=revision or commit)
+    return Source(
+        dataset, name, size, origin, repo_id=repo_id, revision=revision or commit, validation=validation
+    )
+
+
+def _published_validation(
+    api: Any, repo_id: str, commit: str, name: str, cache_dir: Path | None
+) -> datasets.Dataset | None:
+    """The published held-out split, when the config's manifest says it has one."""
+    manifest = published_json(api, repo_id, commit, f"recipes/{name}.manifest.json") or {}
+    splits = manifest.get("splits")
+    if not isinstance(splits, Mapping) or not isinstance(splits.get(VALIDATION), Mapping):
+        return None
+    return load_published_rows(api, repo_id, name, commit, cache_dir, VALIDATION)
 
 
 def _published_vocab(api: Any, repo_id: str, commit: str, name: str) -> tuple[int, str]:
