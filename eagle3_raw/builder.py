@@ -21,7 +21,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
+from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError, RecipeError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import Journal, set_dir
 from eagle3_raw.journal.roots import record_cache
@@ -371,6 +371,8 @@ def load_set(
 ) -> datasets.Dataset:
     """:func:`eagle3_raw.load`: the set of ``recipe`` through ``load_dataset``, built or from the cache."""
     register()
+    if VALIDATION in str(split):
+        _check_held_out(recipe, overrides)  # before anything is built: the set would have no such split
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     check_writable(cache, "datasets cache")
     with cache_errors(cache), our_errors():
@@ -379,3 +381,14 @@ def load_set(
         )
     assert isinstance(dataset, datasets.Dataset)
     return dataset
+
+
+def _check_held_out(recipe: Any, overrides: Mapping[str, Any]) -> None:
+    """RecipeError when ``recipe`` (with ``overrides``) holds no ``validation`` split out."""
+    loaded = load_recipe(recipe, {k: v for k, v in overrides.items() if k not in RUN_OPTION_KEYS})
+    if loaded.splits.rule is None:
+        raise RecipeError(
+            "splits.validation", None,
+            f"recipe {loaded.name!r} holds no split out, so its set has only 'train': add "
+            "splits: {validation: 0.05} to hold out 5% of the conversations as 'validation'",
+        )  # fmt: skip

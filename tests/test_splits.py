@@ -149,6 +149,14 @@ def test_bad_splits_name_the_field(splits: Any, field: str, words: str) -> None:
     assert words in str(caught.value)
 
 
+def test_asking_for_validation_of_a_recipe_without_splits_says_so_before_building(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match=r"holds no split out.*splits: \{validation: 0.05\}") as caught:
+        eagle3_raw.load("demo", split="validation", cache_dir=str(tmp_path / "cache"),
+                        journal_dir=tmp_path / "journals", progress="none")  # fmt: skip
+    assert caught.value.field == "splits.validation"
+    assert not (tmp_path / "journals").exists()  # nothing was built
+
+
 # --- a set built on the reference server ---------------------------------------------------------
 
 
