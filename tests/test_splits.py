@@ -287,6 +287,9 @@ def test_push_publishes_both_splits_and_their_counts(
     assert f"| `validation` | {len(local.validation):,} | {conversations['validation']:,} |" in card
     assert 'split="validation"' in card
 
+    again = hub.reproduce("alice/held@v1", run_options={"progress": "none"}, reference_server=True)
+    assert again.full_agreement and again.published_rows == len(local.dataset) + len(local.validation)
+
     done = export(hub="alice/held@v1", layout="specforge", output_dir=tmp_path / "from-hub",
                   token=emulator.tokens.write, cache_dir=tmp_path / "hub-cache")  # fmt: skip
     assert done.validation_file is not None
