@@ -295,3 +295,16 @@ def test_push_publishes_both_splits_and_their_counts(
     assert done.validation_file is not None
     assert _read_back(done.validation_file, "specforge") == _expected(local.validation, "specforge")
     assert _read_back(done.data_file, "specforge") == _expected(local.dataset, "specforge")
+
+    whole = _recipe(tmp_path, splits=None)  # the same config pushed again without a held-out split
+    hub.push(str(whole), "alice/held", tag="v2", run_options=_run(tmp_path))
+    rows = datasets.load_dataset(
+        "alice/held", "held", revision="v2", split="train", token=emulator.tokens.write
+    )
+    assert len(rows) == len(local.dataset) + len(local.validation)
+    with pytest.raises(ValueError, match="validation"):  # the earlier push's split is gone, files and all
+        datasets.load_dataset(
+            "alice/held", "held", revision="v2", split="validation", token=emulator.tokens.write
+        )
+    assert not [f for f in emulator.files("alice/held", "v2") if f.startswith("held/validation")]
+    assert "splits" not in orjson.loads(emulator.files("alice/held", "v2")["recipes/held.manifest.json"])

@@ -283,16 +283,16 @@ def _push_data(
     revision: str | None,
     private: bool,
 ) -> None:
-    """The rows of every split (``train``, and ``validation`` when held out) as config ``recipe.name``."""
+    """The rows of every split (``train``, and ``validation`` when held out) as config ``recipe.name``,
+    pushed as one ``DatasetDict``: the config then has exactly these splits (a split an earlier push
+    of the config had, and this set has not, is removed with its files, never left to be loaded)."""
     import datasets
 
     _log.info("pushing %s rows of %s to %s", f"{sum(map(len, splits.values())):,}", recipe.name, repo_id)
-    data = splits["train"] if len(splits) == 1 else datasets.DatasetDict(splits)
-    split = {"split": "train"} if len(splits) == 1 else {}
     with hub_errors(repo_id, "push the data to"):
-        data.push_to_hub(
+        datasets.DatasetDict(splits).push_to_hub(
             repo_id, config_name=recipe.name, revision=revision, private=private, token=token,
-            commit_message=f"eagle3_raw: rows of {recipe.name} ({recipe.fingerprint})", **split,
+            commit_message=f"eagle3_raw: rows of {recipe.name} ({recipe.fingerprint})",
         )  # fmt: skip
 
 
