@@ -25,7 +25,7 @@ from eagle3_raw.errors import FatalError, RecipeError
 from eagle3_raw.export import export
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.splits import SplitRule, split_key, split_mask, validation_ids
-from tests.helpers import write_jsonl
+from tests.helpers import run_main, write_jsonl
 
 try:
     from tests.support.hub_server import HubServer, hub_server
@@ -216,7 +216,9 @@ def test_a_five_percent_split_is_whole_conversations_stable_as_the_source_grows(
 
 
 @pytest.mark.slow
-def test_both_splits_export_and_read_back_identical(tmp_path: Path) -> None:
+def test_both_splits_export_and_read_back_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_jsonl(tmp_path / "prompts.jsonl", _prompts(40))
     recipe, cache = _recipe(tmp_path, splits={"validation": 4, "seed": 9}), tmp_path / "cache"
     built = build(str(recipe), cache_dir=cache, run_options=_run(tmp_path))
@@ -235,6 +237,23 @@ def test_both_splits_export_and_read_back_identical(tmp_path: Path) -> None:
         assert str(done.validation_file) in text and "validation" in text
     speculators = tmp_path / "out-speculators"
     assert not list((speculators / "data").rglob("*validation*"))  # prepare-data reads data/ whole
+
+    where = ["--cache-dir", str(cache), "--journal-dir", str(tmp_path / "journals")]
+    code, out, _ = run_main(capsys, "stats", str(recipe), *where, "--split", "validation", "--plain")
+    assert code == 0 and f"split validation: {len(built.validation)} rows" in out
+    held_row = built.validation[0]["id"]
+    code, out, _ = run_main(capsys, "inspect", str(recipe), *where, "--split", "validation", "--plain")
+    assert code == 0 and held_row in out
+    code, out, _ = run_main(
+        capsys, "build", str(recipe), *where, "--quiet", "--output-dir", str(tmp_path / "pq")
+    )
+    assert code == 0 and f"validation {len(built.validation)} rows" in out
+    import pyarrow.parquet as pq
+
+    assert (
+        pq.read_table(tmp_path / "pq" / "held-validation.parquet").to_pylist() == built.validation.to_list()
+    )
+    assert pq.read_table(tmp_path / "pq" / "held.parquet").num_rows == len(built.dataset)
 
 
 def _read_back(path: Path, layout: str) -> list[dict[str, Any]]:
