@@ -302,6 +302,8 @@ def test_push_publishes_both_splits_and_their_counts(
         assert manifest["splits"][split] == {"rows": len(rows), "conversations": conversations[split]}
     assert manifest["splits"]["rule"]["validation"] == 0.1 and manifest["splits"]["rule"]["seed"] == 4
     assert manifest["counts"]["rows"] == len(local.dataset) == result.rows
+    assert result.validation_rows == len(local.validation)
+    assert f"{len(local.dataset)} train and {len(local.validation)} validation rows" in result.render()
     card = files["README.md"].decode()
     assert f"| `validation` | {len(local.validation):,} | {conversations['validation']:,} |" in card
     assert 'split="validation"' in card

@@ -67,6 +67,13 @@ class PushResult:
     rows: int
     generated: bool
     warnings: tuple[str, ...] = ()
+    validation_rows: int | None = None
+    """Rows of the held-out ``validation`` split (``rows`` is then the ``train`` split's), or None."""
+
+    def _rows(self) -> str:
+        if self.validation_rows is None:
+            return f"{self.rows:,} rows"
+        return f"{self.rows:,} train and {self.validation_rows:,} validation rows"
 
     @property
     def revision(self) -> str:
@@ -77,7 +84,7 @@ class PushResult:
         """A plain-text summary for the terminal."""
         source = "generated now" if self.generated else "reused from the datasets cache (no request sent)"
         lines = [
-            f"pushed            {self.repo_id} config {self.config} ({self.rows:,} rows, {source})",
+            f"pushed            {self.repo_id} config {self.config} ({self._rows()}, {source})",
             f"branch            {self.branch} @ {self.commit}",
             f"tag               {self.tag or '-'}",
             f"load with         load_dataset({self.repo_id!r}, {self.config!r}, revision={self.revision!r})",
@@ -200,7 +207,7 @@ def publish(
     _record_push(built.journal_dir, f"{repo_id}@{tag or commit}")
     return PushResult(
         repo_id, recipe.name, recipe.fingerprint, revision or "main", commit, tag, scan.rows, built.generated,
-        tuple(local_tokenizer_warning(recipe) + warnings),
+        tuple(local_tokenizer_warning(recipe) + warnings), validation_rows=held,
     )  # fmt: skip
 
 
