@@ -234,8 +234,8 @@ def _empty_split_message(recipe: Recipe, rule: SplitRule, split: SplitName, rows
     else:
         fix = "lower splits.validation: a count must leave conversations to train on"
     return (
-        f"recipe {recipe.name!r}: its {split} split is empty: splits.validation "
-        f"({rule.describe()}) puts every one of the set's {rows:,} rows in the other split; {fix}"
+        f"recipe {recipe.name!r}: its {split} split is empty: splits.validation holds out "
+        f"{rule.describe()}, which puts every one of the set's {rows:,} rows in the other split; {fix}"
     )
 
 

@@ -58,12 +58,13 @@ class SplitRule:
 
     def describe(self) -> str:
         """The rule in words, as the card and errors say it."""
+        share = f"{self.fraction:g}"
         how = (
-            f"{self.fraction:g} of the conversations (key below {self.fraction:g} x 2^64)"
+            f"the conversations whose key is below {share} x 2^64 ({share} of them on average)"
             if self.fraction is not None
             else f"the {self.count:,} conversations with the lowest keys"
         )
-        return f"{how}; key: sha256 of seed {self.seed} and the source id"
+        return f"{how}, the key being sha256 of seed {self.seed} and the source id"
 
 
 def split_key(source_id: str, seed: int) -> int:
