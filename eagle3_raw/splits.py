@@ -58,12 +58,11 @@ class SplitRule:
 
     def describe(self) -> str:
         """The rule in words, as the card and errors say it."""
-        share = f"{self.fraction:g}"
-        how = (
-            f"the conversations whose key is below {share} x 2^64 ({share} of them on average)"
-            if self.fraction is not None
-            else f"the {self.count:,} conversations with the lowest keys"
-        )
+        if self.fraction is not None:
+            share = f"{self.fraction:g}"
+            how = f"the conversations whose key is below {share} x 2^64 ({share} of them on average)"
+        else:
+            how = f"the {self.count:,} conversations with the lowest keys"
         return f"{how}, the key being sha256 of seed {self.seed} and the source id"
 
 

@@ -89,6 +89,16 @@ def test_a_count_takes_the_lowest_keys_and_growth_only_moves_some_back_to_train(
     assert held_grown & set(small) <= held_small  # nothing of train entered validation
 
 
+def test_the_rule_says_itself_in_words() -> None:
+    assert SplitRule(fraction=0.05, seed=2).describe() == (
+        "the conversations whose key is below 0.05 x 2^64 (0.05 of them on average), "
+        "the key being sha256 of seed 2 and the source id"
+    )
+    assert SplitRule(count=1200).describe().startswith("the 1,200 conversations with the lowest keys")
+    with pytest.raises(ValueError, match="exactly one"):
+        SplitRule(fraction=0.1, count=3)
+
+
 def test_the_table_mask_agrees_with_the_rule_row_by_row() -> None:
     ids = [f"c{i % 97}" for i in range(1000)]  # several rows per conversation
     table = pa.table({"source_id": ids})
