@@ -7,7 +7,8 @@ seeded hash of its ``source_id``: :func:`split_key` is the first 8 bytes of
 - **A fraction** (``splits.validation: 0.05``, the recommended form): a conversation is held out
   when its key is below ``fraction * 2**64``. Its split depends on its id, the seed and the
   fraction only: growing the source, shuffling it, a limit, a failed row, another shard order
-  never move a conversation from one split to the other. The held-out share is ``fraction`` in
+  never move a conversation from one split to the other (without ``prompts.id_column`` the id is a
+  content hash: an edited conversation is a new one). The held-out share is ``fraction`` in
   expectation, not exactly (a small source can hold out none: the build then says so).
 - **A count** (``splits.validation: 200``): the ``count`` conversations of the set with the lowest
   keys. Exact in size, but not stable under growth: a new conversation whose key is lower than the
