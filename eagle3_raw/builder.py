@@ -21,7 +21,7 @@ import datasets
 import pyarrow as pa
 
 from eagle3_raw import selection
-from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError
+from eagle3_raw.errors import Eagle3RawError, FatalError, JournalError, RecipeError
 from eagle3_raw.identity import Target, set_config_id
 from eagle3_raw.journal import Journal, set_dir
 from eagle3_raw.journal.roots import record_cache
@@ -33,6 +33,7 @@ from eagle3_raw.rows import features
 from eagle3_raw.run.build import RunOptions, RunResult, journal_dir_for, release_launched, resolve, run
 from eagle3_raw.run.progress import reason_lines
 from eagle3_raw.run.shards import check_whole, whole_count
+from eagle3_raw.splits import TRAIN, VALIDATION, SplitName, SplitRule, split_mask, validation_ids
 
 log = logging.getLogger("eagle3_raw")
 
@@ -142,10 +143,15 @@ class Eagle3Raw(datasets.ArrowBasedBuilder):  # type: ignore[misc]
         _private_folder(self._output_dir)  # before any Arrow file is written into it
         self.run_result = run(self.recipe, self.config.run_options, self.config.target)
         kwargs = {"root": self.config.run_options.root, "config_id": self.run_result.config_id}
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
+        if self.recipe.splits.rule is None:
+            return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=kwargs)]
+        splits = (TRAIN, VALIDATION)
+        return [datasets.SplitGenerator(name=s, gen_kwargs={**kwargs, "split": s}) for s in splits]
 
-    def _generate_tables(self, root: Path, config_id: str) -> Iterator[tuple[Any, pa.Table]]:
-        yield from journal_tables(root, config_id, self.recipe)
+    def _generate_tables(
+        self, root: Path, config_id: str, split: SplitName | None = None
+    ) -> Iterator[tuple[Any, pa.Table]]:
+        yield from journal_tables(root, config_id, self.recipe, split=split)
 
 
 def _private_folder(folder: str) -> None:
@@ -177,21 +183,54 @@ def _partial_suffix(recipe: Recipe, options: RunOptions, target: Target) -> str:
     return "-partial"
 
 
-def journal_tables(root: Path, config_id: str, recipe: Recipe) -> Iterator[tuple[Any, pa.Table]]:
+def journal_tables(
+    root: Path, config_id: str, recipe: Recipe, *, split: SplitName | None = None
+) -> Iterator[tuple[Any, pa.Table]]:
     """The set's rows in canonical order, from its journal alone, as ``datasets`` keys and Arrow
     tables. Rows that ended on ``length`` are left out when the recipe says ``on_truncation: drop``,
     and a derived set holds only the rows its ``select`` rules keep (:mod:`eagle3_raw.selection`).
+    ``split`` (with a recipe's ``splits``): only that split's rows of those (:mod:`eagle3_raw.splits`);
+    None: every row. FatalError, saying why, when there is none.
     """
     from datasets.builder import Key
 
-    rows = 0
+    rule = recipe.splits.rule if split is not None else None
+    rows = kept = 0
     with Journal.read(root, config_id) as journal:
         journal_dir = journal.directory
+        held = _held_out(journal, recipe, rule)
         for batch, table in enumerate(selection.tables(journal, recipe)):
             rows += table.num_rows
+            if rule is not None and split is not None:
+                table = table.filter(split_mask(table, split, held))
+            kept += table.num_rows
             yield Key(0, batch), table
         if rows == 0:  # datasets cannot hold an empty split: say why there is nothing
             raise FatalError(_no_rows_message(journal.stats(), journal.failures(), recipe, journal_dir))
+        if kept == 0:
+            assert rule is not None and split is not None
+            raise FatalError(_empty_split_message(recipe, rule, split, rows))
+
+
+def _held_out(journal: Journal, recipe: Recipe, rule: SplitRule | None) -> frozenset[str] | SplitRule:
+    """What :func:`~eagle3_raw.splits.split_mask` needs: a fraction's rule as it is; for a count,
+    the held-out ids among every source id of the set (one more pass over the journal)."""
+    if rule is None or rule.count is None:
+        return rule or frozenset()
+    ids = (s for table in selection.tables(journal, recipe) for s in table["source_id"].to_pylist())
+    return validation_ids(ids, rule)
+
+
+def _empty_split_message(recipe: Recipe, rule: SplitRule, split: SplitName, rows: int) -> str:
+    """Why one split of a set that has rows is empty, and what to change."""
+    if split == VALIDATION:
+        fix = "raise splits.validation, or give a count of conversations (e.g. splits.validation: 10)"
+    else:
+        fix = "lower splits.validation: a count must leave conversations to train on"
+    return (
+        f"recipe {recipe.name!r}: its {split} split is empty: splits.validation holds out "
+        f"{rule.describe()}, which puts every one of the set's {rows:,} rows in the other split; {fix}"
+    )
 
 
 def _no_rows_message(
@@ -219,7 +258,9 @@ def _top_failures(failures: list[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class Built:
-    """A built set, where its journal is, and the run that generated it (None: reused from the cache)."""
+    """A built set, where its journal is, and the run that generated it (None: reused from the cache).
+    ``dataset`` is the ``train`` split (every row when the recipe holds none out); ``validation``
+    the held-out split, or None."""
 
     dataset: datasets.Dataset
     journal_dir: Path
@@ -229,6 +270,12 @@ class Built:
     """The set's config id (``-partial`` at the end for a set assembled before every shard finished)."""
     cached_failures: Mapping[str, int] = field(default_factory=dict)
     """Reused from the cache: reason -> rows that failed for good when the set was built."""
+    validation: datasets.Dataset | None = None
+
+    @property
+    def splits(self) -> dict[str, datasets.Dataset]:
+        """Split name -> its rows: ``train``, and ``validation`` when the recipe holds one out."""
+        return {TRAIN: self.dataset, **({VALIDATION: self.validation} if self.validation is not None else {})}
 
     @property
     def partial(self) -> bool:
@@ -260,9 +307,10 @@ def build(
     config: Eagle3RawConfig = builder.config
     assert config.target is not None
     journal = set_dir(config.run_options.root, set_config_id(builder.recipe, config.target))
-    dataset = builder.as_dataset(split="train")
+    dataset = builder.as_dataset(split=TRAIN)
+    validation = builder.as_dataset(split=VALIDATION) if builder.recipe.splits.rule is not None else None
     failures = dict(builder.cached_failures)
-    return Built(dataset, journal, result, str(builder.cache_dir), config.set_id, failures)
+    return Built(dataset, journal, result, str(builder.cache_dir), config.set_id, failures, validation)
 
 
 def failed_for_good(directory: Path) -> dict[str, int]:
@@ -317,6 +365,8 @@ def load_set(
 ) -> datasets.Dataset:
     """:func:`eagle3_raw.load`: the set of ``recipe`` through ``load_dataset``, built or from the cache."""
     register()
+    if VALIDATION in str(split):
+        _check_held_out(recipe, overrides)  # before anything is built: the set would have no such split
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     check_writable(cache, "datasets cache")
     with cache_errors(cache), our_errors():
@@ -325,3 +375,14 @@ def load_set(
         )
     assert isinstance(dataset, datasets.Dataset)
     return dataset
+
+
+def _check_held_out(recipe: Any, overrides: Mapping[str, Any]) -> None:
+    """RecipeError when ``recipe`` (with ``overrides``) holds no ``validation`` split out."""
+    loaded = load_recipe(recipe, {k: v for k, v in overrides.items() if k not in RUN_OPTION_KEYS})
+    if loaded.splits.rule is None:
+        raise RecipeError(
+            "splits.validation", None,
+            f"recipe {loaded.name!r} holds no split out, so its set has only 'train': add "
+            "splits: {validation: 0.05} to hold out 5% of the conversations as 'validation'",
+        )  # fmt: skip

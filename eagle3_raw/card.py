@@ -255,6 +255,7 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "samples_per_prompt": int(recipe["sampling"].get("samples_per_prompt") or 1),
         "acceptance": acceptance_context(manifest),
         "selection": selection_context(manifest),
+        "splits": split_rows(manifest),
         **trainer_context(section),
     }
 
@@ -294,6 +295,20 @@ def selection_context(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
         "kept": int(selection.get("kept") or 0),
         "dropped": [(str(reason), int(count)) for reason, count in (selection.get("dropped") or {}).items()],
     }
+
+
+def split_rows(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A set that holds a split out (the manifest's ``splits``): ``rule`` (how conversations were
+    assigned) and ``rows``, (split, rows, conversations) each; empty for a set of one split."""
+    splits = manifest.get("splits") or {}
+    rows = [
+        (name, int(splits[name].get("rows") or 0), int(splits[name].get("conversations") or 0))
+        for name in ("train", "validation")
+        if isinstance(splits.get(name), Mapping)
+    ]
+    rule = splits.get("rule")
+    assigned = rule.get("assigned") if isinstance(rule, Mapping) else None
+    return {"rule": str(assigned or ""), "rows": rows} if rows else {}
 
 
 def trainer_context(section: CardSection) -> dict[str, Any]:

@@ -52,9 +52,11 @@ def open_set(
     tokenizer: str | None = None,
     journal_dir: Path | None = None,
     trust_remote_code: bool = False,
+    split: str = "train",
 ) -> OpenedSet:
     """``target`` is a recipe (file or bundled name) or a published ``org/name[@revision]``;
-    ``journal_dir``: the journal root a recipe was built with (default: the usual one).
+    ``journal_dir``: the journal root a recipe was built with (default: the usual one); ``split``:
+    ``train`` or ``validation`` (the split a recipe's ``splits`` holds out).
 
     A published set is a stranger's: its rows are read once the card names no file outside the
     repo, and the tokenizer its recipe names is loaded under ``reproduce``'s rules
@@ -63,10 +65,10 @@ def open_set(
     if _is_recipe(target) or not _HUB_REF.fullmatch(target):
         if config is not None:
             raise FatalError("--config applies to a published set (org/name); a recipe is one config")
-        return _built(target, overrides or {}, cache_dir, tokenizer, journal_dir)
+        return _built(target, overrides or {}, cache_dir, tokenizer, journal_dir, split)
     if overrides:
         raise FatalError("--set applies to a recipe; a published set is read as it is")
-    return _published(target, config, cache_dir, tokenizer, trust_remote_code)
+    return _published(target, config, cache_dir, tokenizer, trust_remote_code, split)
 
 
 def _is_recipe(target: str) -> bool:
@@ -77,18 +79,23 @@ def _is_recipe(target: str) -> bool:
 
 def _built(
     target: str, overrides: Mapping[str, Any], cache_dir: Path | None, tokenizer: str | None,
-    journal_dir: Path | None,
+    journal_dir: Path | None, split: str,
 ) -> OpenedSet:  # fmt: skip
     import datasets
 
     recipe = load_recipe(target, overrides)
+    if split != "train" and recipe.splits.rule is None:
+        raise RecipeError(
+            "splits.validation", None,
+            f"recipe {recipe.name!r} holds no split out, so its set has only 'train' (--split train)",
+        )  # fmt: skip
     register()
     cache = str(cache_dir) if cache_dir is not None else None
     builder = datasets.load_dataset_builder(
         "eagle3_raw", recipe=recipe, cache_dir=cache, journal_dir=journal_dir, progress="none"
     )
     try:
-        dataset = builder.as_dataset(split="train")
+        dataset = builder.as_dataset(split=split)
     except FileNotFoundError as exc:
         raise FatalError(
             f"recipe {recipe.name!r} ({builder.config_id}) is not built in the datasets cache "
@@ -96,8 +103,9 @@ def _built(
             "and --cache-dir)"
         ) from exc
     assert isinstance(dataset, datasets.Dataset)
+    shown = f" split {split}" if split != "train" else ""
     return OpenedSet(
-        dataset, f"recipe {recipe.name} ({builder.config_id})", _recipe_tokenizer(recipe, tokenizer)
+        dataset, f"recipe {recipe.name} ({builder.config_id}){shown}", _recipe_tokenizer(recipe, tokenizer)
     )
 
 
@@ -112,8 +120,9 @@ def _recipe_tokenizer(recipe: Any, override: str | None) -> Callable[[], PreTrai
 
 
 def _published(
-    ref: str, config: str | None, cache_dir: Path | None, tokenizer: str | None, trust_remote_code: bool
-) -> OpenedSet:
+    ref: str, config: str | None, cache_dir: Path | None, tokenizer: str | None, trust_remote_code: bool,
+    split: str,
+) -> OpenedSet:  # fmt: skip
     """A published set: a stranger's, read as every command reads one (:mod:`eagle3_raw.hub.strangers`)."""
     from huggingface_hub import get_token
 
@@ -123,7 +132,7 @@ def _published(
         commit = str(api.dataset_info(repo_id, revision=revision).sha)
         configs = published_configs(api.list_repo_files(repo_id, repo_type="dataset", revision=commit))
     name = choose_config(repo_id, configs, config) if configs else config
-    dataset = load_published_rows(api, repo_id, name, commit, cache_dir)
+    dataset = load_published_rows(api, repo_id, name, commit, cache_dir, split)
     trust = Trust(trust_remote_code=trust_remote_code, pinned_commit=pinned_commit(revision, commit))
 
     def load() -> PreTrainedTokenizerBase:
@@ -136,7 +145,8 @@ def _published(
         return published_tokenizer(api, repo_id, commit, name, trust)
 
     at = f"@{revision}" if revision else ""
-    return OpenedSet(dataset, f"{repo_id}{at} config {dataset.config_name}", load)
+    shown = f" split {split}" if split != "train" else ""
+    return OpenedSet(dataset, f"{repo_id}{at} config {dataset.config_name}{shown}", load)
 
 
 def published_tokenizer(

@@ -49,6 +49,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "--journal-dir", type=Path,
         help="journal root the recipe was built with (it names the set's target when the server is down)",
     )  # fmt: skip
+    add(
+        "--split", choices=("train", "validation"), default="train",
+        help="which split (validation: the rows a recipe's splits section holds out; default train)",
+    )  # fmt: skip
 
 
 def add_inspect(sub: SubParsers) -> argparse.ArgumentParser:
@@ -83,6 +87,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
         tokenizer=args.tokenizer, journal_dir=args.journal_dir, trust_remote_code=args.trust_remote_code,
+        split=args.split,
     )  # fmt: skip
     rows = select_rows(opened.dataset, row=args.row, index=args.index, limit=args.limit)
     console = Console(highlight=False, soft_wrap=True)

@@ -187,9 +187,13 @@ def _materialize(args: argparse.Namespace, overrides: dict[str, Any], run_kwargs
         check_writable(args.output_dir, "output folder")  # before the build, not after it
     built = build_dataset(args.recipe, overrides, run_kwargs, cache_dir=args.cache_dir)
     print(printable(summary_text(built), newlines=True))
+    if built.validation is not None:
+        print(f"splits            train {len(built.dataset):,} rows, validation {len(built.validation):,} "
+              'rows (held out: load_dataset(..., split="validation"))')  # fmt: skip
     if args.output_dir is not None:
-        path = write_parquet(built.dataset, args.output_dir, built.dataset.config_name)
-        print(f"parquet           {path}")
+        for split, rows in built.splits.items():
+            name = built.dataset.config_name + ("" if split == "train" else f"-{split}")
+            print(f"parquet           {write_parquet(rows, args.output_dir, name)}")
     if built.run_result is None:
         return EXIT_FAILED_ROWS if built.cached_failures else EXIT_OK
     return exit_code(built.run_result.summary)

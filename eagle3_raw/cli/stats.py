@@ -49,7 +49,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
     opened = open_set(
         args.target, config=args.config, overrides=parse_set_args(args.overrides), cache_dir=args.cache_dir,
-        journal_dir=args.journal_dir,
+        journal_dir=args.journal_dir, split=args.split,
     )  # fmt: skip
     scan = scan_set(opened.dataset)
     console = Console(highlight=False)

@@ -13,6 +13,19 @@
   cli.py:420-435``); ``--d2t-path``/``--t2d-path`` load a mapping as is. Its ``hf:`` spec
   (``hf:<id>:<subset>:<split>``, ``preprocessing.py:642-691``) has no revision: it reads the
   default branch.
+
+What each trainer does with a held-out split (:func:`validation_notes`), read in their sources:
+
+- SpecForge: ``data.eval_data_path`` is "Reserved migration field. Online evaluation is
+  unsupported; keep empty." and ``data.eval_hidden_states_path`` is offline evaluation over
+  precomputed hidden-state files (``specforge/config/schema.py``, ``DataConfig``): no option takes
+  pre-tokenized validation rows.
+- speculators: ``train`` takes one ``--data-path`` and holds out its own share of it,
+  ``--train-data-ratio`` (default 0.9: "the remainder is held out for validation",
+  ``src/speculators/train/config/schema.py``, ``DataArgs``; ``train/dataloader.py``
+  ``create_train_val_loaders``): no option takes another folder as validation.
+- Model-Optimizer: its speculative-decoding example reads ``data.data_path`` only
+  (``examples/speculative_decoding/main.py``); no validation-data option was found.
 """
 
 from __future__ import annotations
@@ -31,10 +44,14 @@ def specforge_train(data: str, max_length: int, mapping: str | None) -> str:
     return shlex.join([*words, f"model.vocab_mapping_path={mapping or 'vocab_mapping-N.pt'}"])
 
 
-def speculators_prepare(data: str, seq_length: int, output: str = "./training_data") -> str:
-    """``speculators prepare-data`` for pre-tokenized rows (a folder, a JSONL file or an ``hf:`` spec)."""
+def speculators_prepare(
+    data: str, seq_length: int, output: str = "./training_data", *, token_freq: bool = True
+) -> str:
+    """``speculators prepare-data`` for pre-tokenized rows (a folder, a JSONL file or an ``hf:`` spec);
+    ``token_freq``: with the token frequencies the draft vocabulary is built from."""
     words = ["speculators", "prepare-data", "--model", MODEL, "--data", data, "--output", output]
-    return shlex.join([*words, "--seq-length", str(seq_length), "--no-skip-token-freq"])
+    freq = ["--no-skip-token-freq"] if token_freq else []
+    return shlex.join([*words, "--seq-length", str(seq_length), *freq])
 
 
 def speculators_train(size: int | None, d2t: str | None = None, t2d: str | None = None) -> str:
@@ -79,6 +96,31 @@ def for_layout(
     if layout == "modelopt":
         return [modelopt_note(data, written(f"d2t-{size}.pt"))]
     return []
+
+
+def validation_notes(layout: str, data: str, validation: str, seq_length: int) -> list[str]:
+    """What ``layout``'s trainer can do with the held-out split written to ``validation`` (the
+    train rows in ``data``), in the trainer's own option names; said plainly where it has none."""
+    if layout == "specforge":
+        return [
+            f"SpecForge has no validation option for pre-tokenized rows (data.eval_data_path is reserved: "
+            f"online evaluation is unsupported; data.eval_hidden_states_path takes offline hidden states "
+            f"only): train on {data} alone and measure a drafter on {validation} apart"
+        ]
+    if layout == "speculators":
+        folder = validation.rsplit("/", 1)[0]
+        return [
+            f"speculators train has no validation-path option: it holds out 1 - --train-data-ratio "
+            f"(default 0.9) of --data-path itself; {validation} is outside data/ so prepare-data leaves "
+            "it out; to keep this split for your own measurement, prepare it apart:",
+            speculators_prepare(folder, seq_length, "./validation_data", token_freq=False),
+        ]
+    if layout == "modelopt":
+        return [
+            f"Model-Optimizer's speculative-decoding example takes no validation-data option "
+            f"(data.data_path only): train on {data}; {validation} holds the held-out rows"
+        ]
+    return [f"the held-out rows, same columns as {data}: {validation}"]
 
 
 def for_card(repo_id: str, revision: str, name: str, longest: int, size: int | None) -> dict[str, str]:

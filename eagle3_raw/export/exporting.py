@@ -48,6 +48,12 @@ class ExportResult:
     draft_vocab_sizes: tuple[int, ...]
     vocab_files: tuple[Path, ...]
     commands: tuple[str, ...]
+    validation_file: Path | None = None
+    """The held-out split's rows file (a recipe's ``splits``), or None."""
+    validation_rows: int = 0
+    """Rows written to ``validation_file`` (cut to ``max_length`` as the train rows are)."""
+    validation_notes: tuple[str, ...] = ()
+    """What the trainer can do with the held-out split, in its own option names."""
 
     def coverage(self) -> list[tuple[int, float]]:
         """``(size, share of generated tokens kept)`` for the common sizes and the sizes written."""
@@ -58,6 +64,7 @@ class ExportResult:
         """A plain-text summary for the terminal."""
         limit = get_layout(self.layout).limit
         written = f"{self.rows_written:,} of {self.rows_read:,} rows"
+        written += " of the train split" if self.validation_file is not None else ""
         lines = [
             f"exported          {self.source} as {self.layout}: {written}",
             f"rows file         {self.data_file}",
@@ -76,6 +83,10 @@ class ExportResult:
         ]
         lines += [f"vocab file        {path}" for path in self.vocab_files]
         lines += [f"train with        {command}" for command in self.commands]
+        if self.validation_file is not None:
+            held = f"{self.validation_rows:,} rows, held out"
+            lines.append(f"validation file   {self.validation_file} ({held})")
+            lines += [f"validation        {note}" for note in self.validation_notes]
         return "\n".join(lines)
 
 
@@ -144,7 +155,9 @@ class _Totals:
 
 def _export(source: Source, layout: Layout, output_dir: Path, options: _Options) -> ExportResult:
     data_file = output_dir / layout.data_path(source.name)
-    written = [layout.data_path(source.name), *vocab_names(options.sizes, layout.vocab_formats)]
+    held = layout.validation_path(source.name) if source.validation is not None else None
+    written = [layout.data_path(source.name), *([held] if held else []),
+               *vocab_names(options.sizes, layout.vocab_formats)]  # fmt: skip
     folder.claim(output_dir, written)  # only the earlier export's own files are removed
     limit = options.max_length or (layout.limit.default if layout.limit else None)
     tally = LengthTally(limit) if limit is not None else None
@@ -154,17 +167,32 @@ def _export(source: Source, layout: Layout, output_dir: Path, options: _Options)
             table = _reshape(table, options, tally, totals)
             counter.add(table, _GENERATED if options.extend_boundary else "loss_mask")
             writer.write(table.drop_columns([c for c in (_GENERATED,) if c in table.column_names]))
-    frequencies = counter.result()
+    frequencies = counter.result()  # the train rows only: the draft vocabulary never sees validation
+    validation_rows = _write_validation(source, layout, output_dir / held, options) if held else 0
     vocab_files = write_vocab_files(output_dir, frequencies, options.sizes, layout.vocab_formats)
     report = tally.report(options.overflow if options.max_length else None) if tally else None
     hub_ref = (source.repo_id, source.name) if source.repo_id else None
     handed = commands.for_layout(layout.name, str(data_file), options.max_length or totals.longest,
                                  options.sizes, str(output_dir), hub=hub_ref)  # fmt: skip
+    seq, held_file = options.max_length or totals.longest, str(output_dir / held) if held else ""
+    notes = commands.validation_notes(layout.name, str(data_file), held_file, seq) if held else ()
     return ExportResult(
         layout.name, source.label, output_dir, data_file, totals.rows_read, totals.rows_written,
         totals.supervised, totals.longest, report, frequencies, source.vocab_from, options.sizes,
-        tuple(vocab_files), tuple(handed),
+        tuple(vocab_files), tuple(handed), output_dir / held if held else None, validation_rows, tuple(notes),
     )  # fmt: skip
+
+
+def _write_validation(source: Source, layout: Layout, path: Path, options: _Options) -> int:
+    """The held-out split into ``path``, reshaped as the train rows are (the boundary variant, the
+    cut at ``max_length``); returns the rows written."""
+    tally = LengthTally(options.max_length) if options.max_length is not None else None
+    totals = _Totals()
+    with row_writer(layout, path) as writer:
+        for table in _batches(source.validation, layout):
+            table = _reshape(table, options, tally, totals)
+            writer.write(table.drop_columns([c for c in (_GENERATED,) if c in table.column_names]))
+    return totals.rows_written
 
 
 def _batches(dataset: Any, layout: Layout) -> Any:

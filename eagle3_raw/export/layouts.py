@@ -60,6 +60,15 @@ class Layout:
         """The rows file's path inside the output folder."""
         return self.data_file.format(name=config)
 
+    def validation_path(self, config: str) -> str:
+        """The held-out split's rows file: beside the train file, never inside a folder the trainer
+        reads whole (speculators' ``data/``: ``validation/<name>.jsonl``)."""
+        path = self.data_path(config)
+        if "/" in path:  # a folder of rows: the validation file goes to a sibling folder
+            return f"validation/{path.rsplit('/', 1)[1]}"
+        stem, _, suffix = path.rpartition(".")
+        return f"{stem}-validation.{suffix}"
+
 
 LAYOUTS: Mapping[str, Layout] = {
     "specforge": Layout(

@@ -23,6 +23,7 @@ from eagle3_raw.hub.client import hub_api, parse_repo_ref
 from eagle3_raw.hub.strangers import load_published_rows, published_json, published_vocab_size, resolve_config
 from eagle3_raw.recipe import load_recipe, tokenizer_path
 from eagle3_raw.run.render import Renderer
+from eagle3_raw.splits import VALIDATION
 
 if TYPE_CHECKING:
     import datasets
@@ -41,6 +42,8 @@ class Source:
     draft_vocab_sizes: tuple[int, ...] = ()
     repo_id: str | None = None
     revision: str | None = None
+    validation: datasets.Dataset | None = None
+    """The held-out split (a recipe's ``splits``), or None."""
 
     @property
     def label(self) -> str:
@@ -60,9 +63,13 @@ def from_recipe(
     """The recipe's set (built or reused, as :func:`eagle3_raw.load` does)."""
     loaded = load_recipe(recipe, overrides)
     options = dict(run_options or {})
-    dataset = load_set(loaded, cache_dir=str(cache_dir) if cache_dir else None, **options)
+    cache = str(cache_dir) if cache_dir else None
+    dataset = load_set(loaded, cache_dir=cache, **options)
+    validation = (
+        load_set(loaded, VALIDATION, cache_dir=cache, **options) if loaded.splits.rule is not None else None
+    )
     size, origin = (target_vocab_size, "given") if target_vocab_size else recipe_vocab_size(loaded)
-    return Source(dataset, loaded.name, size, origin, loaded.export.draft_vocab_sizes)
+    return Source(dataset, loaded.name, size, origin, loaded.export.draft_vocab_sizes, validation=validation)
 
 
 def recipe_vocab_size(recipe: Recipe) -> tuple[int, str]:
@@ -111,9 +118,23 @@ def from_hub(
     api = hub_api(token)
     commit, name = resolve_config(api, repo_id, revision, config)
     dataset = load_published_rows(api, repo_id, name, commit, cache_dir)
+    validation = _published_validation(api, repo_id, commit, name, cache_dir)
     given = (target_vocab_size, "given") if target_vocab_size else None
     size, origin = given or _published_vocab(api, repo_id, commit, name)
-    return Source(dataset, name, size, origin, repo_id=repo_id, revision=revision or commit)
+    return Source(
+        dataset, name, size, origin, repo_id=repo_id, revision=revision or commit, validation=validation
+    )
+
+
+def _published_validation(
+    api: Any, repo_id: str, commit: str, name: str, cache_dir: Path | None
+) -> datasets.Dataset | None:
+    """The published held-out split, when the config's manifest says it has one."""
+    manifest = published_json(api, repo_id, commit, f"recipes/{name}.manifest.json") or {}
+    splits = manifest.get("splits")
+    if not isinstance(splits, Mapping) or not isinstance(splits.get(VALIDATION), Mapping):
+        return None
+    return load_published_rows(api, repo_id, name, commit, cache_dir, VALIDATION)
 
 
 def _published_vocab(api: Any, repo_id: str, commit: str, name: str) -> tuple[int, str]:

@@ -13,7 +13,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.errors import JournalError
 from eagle3_raw.hub.published import PublishedRecipe
@@ -23,7 +23,11 @@ from eagle3_raw.recipe import Recipe
 from eagle3_raw.redact import public_command, scrub, scrub_text
 from eagle3_raw.run.render import Renderer
 from eagle3_raw.selection import report
+from eagle3_raw.splits import SplitRule
 from eagle3_raw.version import __version__
+
+if TYPE_CHECKING:
+    import datasets
 
 MANIFEST_FORMAT = 1
 
@@ -32,13 +36,15 @@ _log = logging.getLogger("eagle3_raw")
 
 def build_manifest(
     recipe: Recipe, published: PublishedRecipe, scan: SetScan, journal_dir: Path, *,
-    partial: str | None = None,
+    partial: str | None = None, splits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``recipes/<name>.manifest.json``: identity, server, tokenizer, versions, counts, lengths.
 
-    Counts of rows and tokens come from the set as pushed; skips and failures (and rows dropped for
-    ``on_truncation: drop``) from the journal. Server facts are scrubbed. No timestamps of the push,
-    so pushing the same set twice changes nothing.
+    Counts of rows and tokens come from the set as pushed (its ``train`` split: ``scan``); skips
+    and failures (and rows dropped for ``on_truncation: drop``) from the journal; ``splits``
+    (:func:`split_counts`, only for a recipe that holds a split out) each split's rows and
+    conversations. Server facts are scrubbed. No timestamps of the push, so pushing the same set
+    twice changes nothing.
     """
     journal_manifest, stats = _journal_facts(recipe, journal_dir)
     server = (journal_manifest or {}).get("server") or None
@@ -63,6 +69,7 @@ def build_manifest(
         "lengths": scan.length_stats(),
         "journal": _journal_history(journal_manifest),
         **_selection(recipe, journal_dir),
+        **({"splits": dict(splits)} if splits else {}),
     }
 
 
@@ -71,6 +78,17 @@ def _selection(recipe: Recipe, journal_dir: Path) -> dict[str, Any]:
     set that selects nothing."""
     made = report(recipe, journal_dir) if recipe.select.active else None
     return {"selection": made.to_dict()} if made is not None else {}
+
+
+def split_counts(rule: SplitRule, splits: Mapping[str, datasets.Dataset]) -> dict[str, Any]:
+    """The manifest's ``splits``: the rule, and each split's rows and conversations (distinct
+    source ids), counted from the rows as pushed."""
+    how = {"validation": rule.fraction if rule.fraction is not None else rule.count, "seed": rule.seed}
+    counted = {
+        name: {"rows": len(rows), "conversations": len(set(rows.unique("source_id")))}
+        for name, rows in splits.items()
+    }
+    return {"rule": {**how, "assigned": rule.describe()}, **counted}
 
 
 def _journal_facts(recipe: Recipe, journal_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -31,7 +31,7 @@ from eagle3_raw.hub.client import (
     resolve_token,
     status,
 )
-from eagle3_raw.hub.manifest import build_manifest
+from eagle3_raw.hub.manifest import build_manifest, split_counts
 from eagle3_raw.hub.published import (
     PublishedRecipe,
     check_no_secrets,
@@ -68,6 +68,13 @@ class PushResult:
     rows: int
     generated: bool
     warnings: tuple[str, ...] = ()
+    validation_rows: int | None = None
+    """Rows of the held-out ``validation`` split (``rows`` is then the ``train`` split's), or None."""
+
+    def _rows(self) -> str:
+        if self.validation_rows is None:
+            return f"{self.rows:,} rows"
+        return f"{self.rows:,} train and {self.validation_rows:,} validation rows"
 
     @property
     def revision(self) -> str:
@@ -78,7 +85,7 @@ class PushResult:
         """A plain-text summary for the terminal."""
         source = "generated now" if self.generated else "reused from the datasets cache (no request sent)"
         lines = [
-            f"pushed            {self.repo_id} config {self.config} ({self.rows:,} rows, {source})",
+            f"pushed            {self.repo_id} config {self.config} ({self._rows()}, {source})",
             f"branch            {self.branch} @ {self.commit}",
             f"tag               {self.tag or '-'}",
             f"load with         load_dataset({self.repo_id!r}, {self.config!r}, revision={self.revision!r})",
@@ -181,15 +188,18 @@ def publish(
     missing = built.run_result.partial if built.run_result is not None else None
     if built.partial and missing is None:
         missing = "some shards had not finished"
-    manifest = build_manifest(recipe, published, scan, built.journal_dir, partial=missing)
+    rule = recipe.splits.rule
+    splits = split_counts(rule, built.splits) if rule is not None and built.validation is not None else None
+    manifest = build_manifest(recipe, published, scan, built.journal_dir, partial=missing, splits=splits)
     accepted = publish_acceptance(built.dataset, recipe, (manifest.get("target") or {}).get("drafter"))
     manifest["acceptance"] = accepted.manifest
     vocab = publish_vocab(recipe, built.dataset)
     payloads = {**_recipe_payloads(published, manifest, scan), **accepted.files, **vocab.files}
     check_no_secrets(payloads, upload_secrets(token, recipe))
     example = _example(recipe, built.dataset)  # before any upload: no half-published config
-    (announce or _to_stderr)(upload_plan(repo_id, recipe.name, scan.rows, payloads))
-    _push_data(built.dataset, recipe, repo_id, token=token, revision=revision, private=private)
+    held = len(built.validation) if built.validation is not None else None
+    (announce or _to_stderr)(upload_plan(repo_id, recipe.name, scan.rows, payloads, validation_rows=held))
+    _push_data(built.splits, recipe, repo_id, token=token, revision=revision, private=private)
     recipe_commit = _push_recipe(api, repo_id, recipe.name, payloads, revision)
     section = cards.CardSection(
         repo_id, recipe.name, tag or recipe_commit, published.data, manifest, example, vocab.summary
@@ -200,18 +210,25 @@ def publish(
     _record_push(built.journal_dir, f"{repo_id}@{tag or commit}")
     return PushResult(
         repo_id, recipe.name, recipe.fingerprint, revision or "main", commit, tag, scan.rows, built.generated,
-        tuple(local_tokenizer_warning(recipe) + warnings) + accepted.warnings,
+        tuple(local_tokenizer_warning(recipe) + warnings) + accepted.warnings, validation_rows=held,
     )  # fmt: skip
 
 
-def upload_plan(repo_id: str, name: str, rows: int, payloads: Mapping[str, bytes | Path]) -> str:
-    """Every file a push uploads, one per line: the rows, then each payload (a local file with
-    where it comes from and its size), then the card."""
-    width = max(len(path) for path in [f"{name}/train-*.parquet", *payloads])
+def upload_plan(
+    repo_id: str, name: str, rows: int, payloads: Mapping[str, bytes | Path], *,
+    validation_rows: int | None = None,
+) -> str:  # fmt: skip
+    """Every file a push uploads, one per line: the rows (each split's), then each payload (a local
+    file with where it comes from and its size), then the card."""
+    held = [f"{name}/validation-*.parquet"] if validation_rows is not None else []
+    width = max(len(path) for path in [f"{name}/train-*.parquet", *held, *payloads])
     lines = [
         f"uploading to      {printable(repo_id)} config {printable(name)}:",
-        f"  {f'{name}/train-*.parquet':<{width}}  the set's {rows:,} rows",
+        f"  {f'{name}/train-*.parquet':<{width}}  the set's {rows:,} rows"
+        + (" (train split)" if validation_rows is not None else ""),
     ]
+    if validation_rows is not None:
+        lines.append(f"  {f'{name}/validation-*.parquet':<{width}}  the {validation_rows:,} held-out rows")
     for path, payload in payloads.items():
         what = (
             f"from {printable(payload)} ({payload.stat().st_size:,} bytes)"
@@ -268,7 +285,7 @@ def _example(recipe: Recipe, dataset: datasets.Dataset) -> cards.Example | None:
 
 
 def _push_data(
-    dataset: datasets.Dataset,
+    splits: Mapping[str, datasets.Dataset],
     recipe: Recipe,
     repo_id: str,
     *,
@@ -276,10 +293,15 @@ def _push_data(
     revision: str | None,
     private: bool,
 ) -> None:
-    _log.info("pushing %s rows of %s to %s", f"{len(dataset):,}", recipe.name, repo_id)
+    """The rows of every split (``train``, and ``validation`` when held out) as config ``recipe.name``,
+    pushed as one ``DatasetDict``: the config then has exactly these splits (a split an earlier push
+    of the config had, and this set has not, is removed with its files, never left to be loaded)."""
+    import datasets
+
+    _log.info("pushing %s rows of %s to %s", f"{sum(map(len, splits.values())):,}", recipe.name, repo_id)
     with hub_errors(repo_id, "push the data to"):
-        dataset.push_to_hub(
-            repo_id, config_name=recipe.name, split="train", revision=revision, private=private, token=token,
+        datasets.DatasetDict(splits).push_to_hub(
+            repo_id, config_name=recipe.name, revision=revision, private=private, token=token,
             commit_message=f"eagle3_raw: rows of {recipe.name} ({recipe.fingerprint})",
         )  # fmt: skip
 

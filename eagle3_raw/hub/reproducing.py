@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from eagle3_raw.limits import RECIPE_BYTES
 from eagle3_raw.recipe import Recipe
 
 if TYPE_CHECKING:
+    import datasets
     from huggingface_hub import HfApi
 
 __all__ = ["choose_config", "fetch_recipe", "reproduce"]
@@ -69,10 +70,25 @@ def reproduce(
         fingerprint = recipe.fingerprint  # now: it digests the downloaded files, gone after the block
         options = {**(run_options or {}), "journal_dir": root / "journals"}
         rebuilt = build(recipe, cache_dir=root / "cache", run_options=options)
-        published = load_published_rows(api, repo_id, name, commit, root / "published")
-        result = compare(published, rebuilt.dataset, max_differences=max_differences)
+        published = _published_splits(api, repo_id, name, commit, root / "published", list(rebuilt.splits))
+        result = compare(published, _joined(rebuilt.splits.values()), max_differences=max_differences)
         del published, rebuilt
     return Comparison(repo_id, name, commit, str(manifest.get("fingerprint", "?")), fingerprint, **result)
+
+
+def _published_splits(
+    api: HfApi, repo_id: str, name: str, commit: str, cache_dir: Path, splits: Sequence[str]
+) -> datasets.Dataset:
+    """The published rows of every split the rebuilt set has (``train``, and ``validation`` when
+    the recipe holds one out), one after the other: rows are compared by id."""
+    return _joined(load_published_rows(api, repo_id, name, commit, cache_dir, split) for split in splits)
+
+
+def _joined(parts: Iterable[datasets.Dataset]) -> datasets.Dataset:
+    import datasets
+
+    splits = list(parts)
+    return splits[0] if len(splits) == 1 else datasets.concatenate_datasets(splits)
 
 
 def _to_stderr(text: str) -> None:

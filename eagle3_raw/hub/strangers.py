@@ -168,15 +168,16 @@ def published_vocab_size(value: Any, where: str) -> int:
 
 
 def load_published_rows(
-    api: HfApi, repo_id: str, name: str | None, commit: str, cache_dir: Path | str | None
-) -> datasets.Dataset:
-    """Config ``name``'s published rows at ``commit`` (the card's ``configs`` checked first; None:
-    the repo's only or default config)."""
+    api: HfApi, repo_id: str, name: str | None, commit: str, cache_dir: Path | str | None,
+    split: str = "train",
+) -> datasets.Dataset:  # fmt: skip
+    """Config ``name``'s published rows of ``split`` at ``commit`` (the card's ``configs`` checked
+    first; None: the repo's only or default config)."""
     import datasets
 
     check_data_files(api, repo_id, commit)
     try:
-        dataset = _load_rows(api, repo_id, name, commit, cache_dir)
+        dataset = _load_rows(api, repo_id, name, commit, cache_dir, split)
     except HubError:
         raise
     except Exception as exc:  # a stranger's files: corrupt Parquet, a schema datasets refuses, ...
@@ -189,13 +190,15 @@ def load_published_rows(
     return dataset
 
 
-def _load_rows(api: HfApi, repo_id: str, name: str | None, commit: str, cache_dir: Path | str | None) -> Any:
+def _load_rows(
+    api: HfApi, repo_id: str, name: str | None, commit: str, cache_dir: Path | str | None, split: str
+) -> Any:
     import datasets
 
     with hub_errors(repo_id, "load the published rows of"):  # the Hub's own errors, named
         try:
             return datasets.load_dataset(
-                repo_id, name, revision=commit, split="train", token=api.token,
+                repo_id, name, revision=commit, split=split, token=api.token,
                 cache_dir=str(cache_dir) if cache_dir is not None else None,
             )  # fmt: skip
         except ValueError as exc:  # e.g. an unknown config, a split that is not there

@@ -52,6 +52,7 @@ from eagle3_raw.recipe.schema import (
     SamplingConfig,
     ServerConfig,
     SGLangLaunch,
+    SplitsConfig,
     Turns,
 )
 from eagle3_raw.recipe.values import MAX_MIXTURE, check_url
@@ -86,6 +87,7 @@ __all__ = [
     "SGLangLaunch",
     "SamplingConfig",
     "ServerConfig",
+    "SplitsConfig",
     "Turns",
     "apply_overrides",
     "canonical_params",

@@ -23,7 +23,7 @@ from eagle3_raw.recipe.sampling import canonical_params
 from eagle3_raw.resources import reference_model_dir
 
 if TYPE_CHECKING:  # the schema's Recipe names this module's functions: types only, no import circle
-    from eagle3_raw.recipe.schema import ExportConfig, Recipe, SGLangLaunch
+    from eagle3_raw.recipe.schema import ExportConfig, Recipe, SGLangLaunch, SplitsConfig
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -71,6 +71,7 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
         **_export_dict(recipe.export),
         **({"rollout": asdict(recipe.rollout)} if recipe.turns == "rollout" else {}),
         **({"select": recipe.select.rules()} if recipe.select.active else {}),
+        **_splits_dict(recipe.splits),
     }
 
 
@@ -89,6 +90,11 @@ def _export_dict(export: ExportConfig) -> dict[str, Any]:
     return (
         {"export": {"draft_vocab_sizes": list(export.draft_vocab_sizes)}} if export.draft_vocab_sizes else {}
     )
+
+
+def _splits_dict(splits: SplitsConfig) -> dict[str, Any]:
+    """The ``splits`` section, only when it holds something out (recipes without one are as before)."""
+    return {"splits": asdict(splits)} if splits.validation is not None else {}
 
 
 def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
@@ -110,6 +116,7 @@ def fingerprint_payload(recipe: Recipe) -> dict[str, Any]:
         "on_truncation": recipe.on_truncation,
         **_rollout_identity(recipe),
         **_select_identity(recipe),
+        **_splits_identity(recipe),
     }
 
 
@@ -166,6 +173,16 @@ def _rollout_identity(recipe: Recipe, *, shaping: bool = False) -> dict[str, Any
     r = recipe.rollout
     section: dict[str, Any] = {"reasoning_parser": r.reasoning_parser, "tool_call_parser": r.tool_call_parser}
     return {"rollout": section if shaping else {**section, "merge": r.merge}}
+
+
+def _splits_identity(recipe: Recipe) -> dict[str, Any]:
+    """The held-out split (absent when none: fingerprints of recipes without one stay as they
+    were). A fraction and a count stay apart (``0.5`` is not ``1``), and never shape a request."""
+    s = recipe.splits
+    if s.validation is None:
+        return {}
+    kind = "fraction" if isinstance(s.validation, float) else "count"
+    return {"splits": {kind: s.validation, "seed": s.seed, "rule": 1}}
 
 
 def _prompts_identity(recipe: Recipe) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from eagle3_raw.recipe.localfiles import check_local_files
 from eagle3_raw.recipe.sampling import is_greedy
 from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 from eagle3_raw.sglang.sampling import SGLANG_SAMPLING_DEFAULTS
+from eagle3_raw.splits import SplitRule
 
 PromptFormat = Literal["auto", "sharegpt", "openai", "prompt"]
 Turns = Literal["last", "all", "rollout"]
@@ -434,6 +435,43 @@ class SelectConfig:
 
 
 @dataclass(frozen=True)
+class SplitsConfig:
+    """``splits``: the part of the source held out as the ``validation`` split, whole conversations
+    chosen by a seeded hash of their source id (:mod:`eagle3_raw.splits`); the rest is ``train``.
+    Part of the fingerprint when set (the splits are the set's content); absent, the recipe is as
+    before."""
+
+    validation: float | int | None = field(
+        default=None,
+        metadata=custom(
+            values.validation_share,
+            "a fraction between 0 and 1 (e.g. 0.05), or a count of conversations >= 1",
+            help="A fraction (recommended: a conversation's split never changes as the source grows) "
+            "or a count (the conversations with the lowest keys: exact, but a growing source can move "
+            "some back to train).",
+        ),
+    )
+    seed: int = field(default=0, metadata=integer(minimum=0, help="Seed of the hash that assigns them."))
+
+    @property
+    def rule(self) -> SplitRule | None:
+        """The split rule, or None when nothing is held out."""
+        if self.validation is None:
+            return None
+        if isinstance(self.validation, float):
+            return SplitRule(fraction=self.validation, seed=self.seed)
+        return SplitRule(count=self.validation, seed=self.seed)
+
+    def check(self) -> None:
+        """RecipeError for a seed without a share to hold out."""
+        if self.validation is None and self.seed != 0:
+            raise RecipeError(
+                "splits.validation", None,
+                "required with splits.seed: a fraction (e.g. 0.05) or a count of conversations",
+            )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A parsed, validated recipe. ``base_dir`` is where relative paths resolve."""
 
@@ -451,6 +489,7 @@ class Recipe:
         default_factory=RolloutConfig, metadata=custom(values.rollout_section, section=RolloutConfig)
     )
     select: SelectConfig = field(default_factory=SelectConfig, metadata=section(SelectConfig, required=False))
+    splits: SplitsConfig = field(default_factory=SplitsConfig, metadata=section(SplitsConfig, required=False))
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
 
     def resolve_path(self, value: str) -> Path:

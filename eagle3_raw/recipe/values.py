@@ -157,6 +157,24 @@ def draft_vocab_sizes(value: Any, at: At) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
+def validation_share(value: Any, at: At) -> float | int | None:
+    """``splits.validation``: a fraction strictly between 0 and 1 (a float), or a count of
+    conversations >= 1 (an integer); None when not given."""
+    value = _given(value)
+    if value is None:
+        return None
+    if is_int(value):
+        if value < 1:
+            raise RecipeError(at.path, value, "a count holds out at least 1 conversation; or remove splits")
+        return int(value)
+    if isinstance(value, float) and is_number(value):
+        if not 0 < value < 1:
+            why = "a count of conversations is an integer, e.g. 200" if value >= 1 else "e.g. 0.05"
+            raise RecipeError(at.path, value, f"a fraction must be between 0 and 1, exclusive ({why})")
+        return value
+    raise RecipeError(at.path, value, f"expected {at.spec.allowed}")
+
+
 def rollout_section(value: Any, at: At) -> Any:
     """``rollout``, read only with ``turns: rollout`` (a missing or empty one: the defaults)."""
     section = read_section(value, at, required=False)
