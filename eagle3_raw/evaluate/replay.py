@@ -98,21 +98,26 @@ async def replay_async(url: str, points: Sequence[Point], options: ReplayOptions
     async with session:
         identity = await sglang.server_identity(session, url, options.connect_timeout)
         if not identity.drafter:
-            raise ServerMismatch(
-                f"{public_url(url)} does not speculate: its /server_info reports no speculative_algorithm, so "
-                "it measures no drafter (start it with one: SGLang's --speculative-algorithm EAGLE3 "
-                "--speculative-draft-model-path ...)"
-            )
+            raise ServerMismatch(not_speculating(url))
         sender = _Sender(session, url, identity, options)
         started = time.monotonic()
         first = [await sender.send(points[0])] if points else []
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(sender.send(point)) for point in points[1:]]
-        outcomes = first + [task.result() for task in tasks]
+        outcomes = first + await _all(sender, points[1:])
         seconds = time.monotonic() - started
     answers = tuple(o for o in outcomes if isinstance(o, Answer))
     failures = tuple(o for o in outcomes if isinstance(o, Failure))
     return Replay(public_url(url), dict(identity.drafter), answers, failures, seconds)
+
+
+async def _all(sender: _Sender, points: Sequence[Point]) -> list[Answer | Failure]:
+    """Every point's outcome, in order; the first error raised stops the others and is raised
+    as itself (not in an ExceptionGroup: the command line reports one error)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(sender.send(point)) for point in points]
+    except ExceptionGroup as raised:
+        raise raised.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 class _Sender:
@@ -132,9 +137,13 @@ class _Sender:
     async def send(self, point: Point) -> Answer | Failure:
         limit = self.identity.input_limit
         if limit is not None and len(point.prompt_ids) > limit:
-            reason = f"prompt of {len(point.prompt_ids):,} tokens; {public_url(self.url)} takes at most {limit:,}"
+            reason = (
+                f"prompt of {len(point.prompt_ids):,} tokens; {public_url(self.url)} takes at most {limit:,}"
+            )
             return Failure(point, reason)
-        params = fit_max_new_tokens(dict(point.sampling_params), len(point.prompt_ids), self.identity.token_budget)
+        params = fit_max_new_tokens(
+            dict(point.sampling_params), len(point.prompt_ids), self.identity.token_budget
+        )
 
         async def attempt(number: int) -> tuple[sglang.Generation, float]:
             rid = f"eval:{point.row_id}:{point.turn}#{number}-{self.run}{uuid.uuid4().hex[:8]}"
@@ -159,10 +168,19 @@ class _Sender:
         tokens = len(generation.output_ids)
         if tokens >= 2 and spec["spec_verify_ct"] is None:
             raise ServerMismatch(
-                f"{public_url(self.url)} reports a drafter ({self.identity.drafter.get('speculative_algorithm')}) "
-                f"but its answer of {tokens} tokens to row {point.row_id} carries none of SGLang's spec_* "
+                f"{public_url(self.url)} reports a drafter "
+                f"({self.identity.drafter.get('speculative_algorithm')}) but its answer of {tokens} tokens to row {point.row_id} carries none of SGLang's spec_* "
                 "figures (meta_info spec_verify_ct, spec_accept_length, ...): nothing to measure"
             )
         latency = meta.get("e2e_latency")
         seconds = float(latency) if isinstance(latency, int | float) and latency > 0 else waited
         return Answer(point, tokens, generation.finish_reason, spec, seconds)
+
+
+def not_speculating(url: str) -> str:
+    """The message for a server that runs no drafter."""
+    return (
+        f"{public_url(url.rstrip('/'))} does not speculate: its /server_info reports no "
+        "speculative_algorithm, so there is no drafter to measure (start it with one: SGLang's --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path ...)"
+    )

@@ -50,8 +50,6 @@ class Point:
     prompt_ids: tuple[int, ...]
     sampling_params: Mapping[str, Any]
     """Complete ``sampling_params``: the recipe's, ``max_new_tokens`` and ``sampling_seed``."""
-    output_len: int
-    """How many ids the set's row generated here (its span's length)."""
     category: str | None = None
 
     @property
@@ -143,8 +141,7 @@ def _row_points(
         params = _params(row, recipe, seed, greedy=greedy)
         yield Point(
             row_id=str(row["id"]), source_id=str(row["source_id"]), turn=int(span["turn"]),
-            prompt_ids=tuple(ids[: span["start"]]), sampling_params=params,
-            output_len=int(span["end"]) - int(span["start"]), category=category,
+            prompt_ids=tuple(ids[: span["start"]]), sampling_params=params, category=category,
         )  # fmt: skip
 
 
