@@ -79,6 +79,7 @@ def _replay_options(recipe: Recipe, options: EvalOptions) -> ReplayOptions:
     vocabulary, its EOS ids: as a build checks them)."""
     renderer = Renderer(recipe)
     server = recipe.server
+    timeout = server.request_timeout if options.request_timeout is None else options.request_timeout
     key_env = options.api_key_env or server.api_key_env
     api_key = (
         server_api_key(replace(recipe, server=replace(server, api_key_env=key_env))) if key_env else None
@@ -86,7 +87,7 @@ def _replay_options(recipe: Recipe, options: EvalOptions) -> ReplayOptions:
     return ReplayOptions(
         vocab_size=renderer.vocab_size, eos_ids=renderer.eos_token_ids, api_key=api_key,
         max_in_flight=options.max_in_flight,
-        request_timeout=server.request_timeout if options.request_timeout is None else options.request_timeout,
+        request_timeout=timeout,
         connect_timeout=server.connect_timeout,
         retries=server.max_retries if options.retries is None else options.retries,
     )  # fmt: skip

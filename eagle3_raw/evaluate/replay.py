@@ -169,8 +169,9 @@ class _Sender:
         if tokens >= 2 and spec["spec_verify_ct"] is None:
             raise ServerMismatch(
                 f"{public_url(self.url)} reports a drafter "
-                f"({self.identity.drafter.get('speculative_algorithm')}) but its answer of {tokens} tokens to row {point.row_id} carries none of SGLang's spec_* "
-                "figures (meta_info spec_verify_ct, spec_accept_length, ...): nothing to measure"
+                f"({self.identity.drafter.get('speculative_algorithm')}) but its answer of {tokens} tokens "
+                f"to row {point.row_id} carries none of SGLang's spec_* figures (meta_info spec_verify_ct, "
+                "spec_accept_length, ...): nothing to measure"
             )
         latency = meta.get("e2e_latency")
         seconds = float(latency) if isinstance(latency, int | float) and latency > 0 else waited
@@ -181,6 +182,6 @@ def not_speculating(url: str) -> str:
     """The message for a server that runs no drafter."""
     return (
         f"{public_url(url.rstrip('/'))} does not speculate: its /server_info reports no "
-        "speculative_algorithm, so there is no drafter to measure (start it with one: SGLang's --speculative-algorithm EAGLE3 "
-        "--speculative-draft-model-path ...)"
+        "speculative_algorithm, so there is no drafter to measure (start it with one: SGLang's "
+        "--speculative-algorithm EAGLE3 --speculative-draft-model-path ...)"
     )
