@@ -9,6 +9,7 @@ with which params) are checked on plain rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,12 +17,21 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.evaluate.sets import points
+from eagle3_raw.cli.main import main
+from eagle3_raw.evaluate.sets import open_split, points
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.run.mixture import draw
 from eagle3_raw.run.plan import derive_seed
 from eagle3_raw.sglang.sampling import SGLANG_SAMPLING_DEFAULTS
-from tests.helpers import CHATS, error_line, generations, reference_server, run_main, write_jsonl, write_recipe
+from tests.helpers import (
+    CHATS,
+    error_line,
+    generations,
+    reference_server,
+    run_main,
+    write_jsonl,
+    write_recipe,
+)
 
 SPECULATING = (
     "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
@@ -98,3 +108,179 @@ def test_categories_name_each_points_category(tmp_path: Path) -> None:
     rows = [_row(), _row(source_id="plain-2", id="plain-2:1:0")]
     found = points(rows, recipe, categories={"plain-1": "poetry"})
     assert [p.category for p in found] == ["poetry", None]
+
+
+# --- end to end, against reference servers --------------------------------------------------
+
+PLAIN = [
+    {"id": f"q{i:02d}", "prompt": f"Say something about the number {i} and its neighbours."}
+    for i in range(12)
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A greedy set of every turn of CHATS and a dozen plain prompts, built into ``<folder>/c`` by
+    a reference server without a drafter (stopped since: eval reads the set from the cache)."""
+    folder = tmp_path_factory.mktemp("eval")
+    write_jsonl(folder / "prompts.jsonl", [*CHATS, *PLAIN])
+    with reference_server(folder) as (server, _):
+        recipe = write_recipe(
+            folder, endpoints=[server.url], turns="all", sampling={"temperature": 0, "max_new_tokens": 48}
+        )
+        assert main([*_where(folder, "build", str(recipe)), "--quiet"]) == 0
+    return folder
+
+
+def _where(folder: Path, command: str, *argv: str) -> list[str]:
+    return [command, *argv, "--journal-dir", str(folder / "j"), "--cache-dir", str(folder / "c")]
+
+
+def _eval(folder: Path, *argv: str) -> list[str]:
+    return _where(folder, "eval", str(folder / "recipe.yaml"), *argv)
+
+
+def _eval_lines(ledger: Path) -> list[dict[str, Any]]:
+    """The generations a server answered to eval's requests (their rids start ``eval:``)."""
+    return [g for g in generations(ledger) if g["rid"].startswith("eval:")]
+
+
+def _turn(rid: str) -> int:
+    """The turn in an eval request id: ``eval:<row id>:<turn>#<attempt>-<hex>``."""
+    return int(rid.split("#", 1)[0].rsplit(":", 1)[1])
+
+
+def _expected(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Acceptance recomputed from the ledger's lines: sums over the requests measured."""
+    measured = [g for g in lines if g.get("spec") is not None]
+    tokens = sum(len(g["output_ids"]) for g in measured)
+    steps = sum(g["spec"]["spec_verify_ct"] for g in measured)
+    correct = sum(g["spec"]["spec_num_correct_drafts"] for g in measured)
+    proposed = sum(g["spec"]["spec_num_proposed_drafts"] for g in measured)
+    width = max((len(g["spec"]["spec_correct_drafts_histogram"]) for g in measured), default=0)
+    histogram = [0] * width
+    for g in measured:
+        for k, n in enumerate(g["spec"]["spec_correct_drafts_histogram"]):
+            histogram[k] += n
+    return {
+        "rows": len(lines), "measured": len(measured), "tokens": tokens, "verify_steps": steps,
+        "correct": correct, "proposed": proposed, "histogram": histogram,
+        "accept_length": tokens / steps if steps else None,
+        "accept_rate": correct / proposed if proposed else None,
+    }  # fmt: skip
+
+
+def _check_stats(reported: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    for key, value in expected.items():
+        if isinstance(value, float):
+            assert reported[key] == pytest.approx(value, rel=1e-12), key
+        elif key == "histogram":
+            assert list(reported[key])[: len(value)] == value and not any(list(reported[key])[len(value) :])
+        else:
+            assert reported[key] == value, key
+
+
+@contextlib.contextmanager
+def _drafters(folder: Path, *qualities: str) -> Iterator[list[tuple[Any, Path]]]:
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(reference_server(folder, *SPECULATING, "--draft-acceptance", quality))
+            for quality in qualities
+        ]
+
+
+@pytest.mark.slow
+def test_eval_reports_the_better_drafter_as_better_with_the_servers_own_figures(
+    built: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _drafters(built, "0.8", "0.3") as [(good, good_ledger), (poor, poor_ledger)]:
+        code, out, err = run_main(
+            capsys, *_eval(built, "--server", good.url, "--against", poor.url, "--json")
+        )
+    assert code == 0, err
+    report = json.loads(out)
+    rows = len(_set_rows(built))
+    assert report["split"] == "train" and report["points"] == rows and report["sampling"] == "recipe"
+    first, second = report["servers"]
+    assert (first["url"], second["url"]) == (good.url, poor.url)
+    assert first["drafter"]["speculative_algorithm"] == "EAGLE3"
+    for server, ledger in ((first, good_ledger), (poor_server := second, poor_ledger)):
+        lines = _eval_lines(ledger)
+        assert len(lines) == rows and server["answered"] == rows and server["failed"] == {}
+        _check_stats(server["overall"], _expected(lines))
+        by_turn = server["groups"]["turn"]
+        for turn in {_turn(g["rid"]) for g in lines}:
+            _check_stats(by_turn[str(turn)], _expected([g for g in lines if _turn(g["rid"]) == turn]))
+        assert server["overall"]["tokens_per_s"] > 0 and server["throughput_tokens_per_s"] > 0
+    assert first["overall"]["accept_length"] > poor_server["overall"]["accept_length"]
+    assert first["overall"]["accept_rate"] > poor_server["overall"]["accept_rate"]
+    # the same prompts, the same greedy answers: one target, two drafters
+    assert sorted(map(_prompt_and_output, _eval_lines(good_ledger))) == sorted(
+        map(_prompt_and_output, _eval_lines(poor_ledger))
+    )
+
+
+def _prompt_and_output(line: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(line["input_ids"]), tuple(line["output_ids"])
+
+
+def _set_rows(folder: Path) -> list[dict[str, Any]]:
+    opened = open_split(folder / "recipe.yaml", cache_dir=folder / "c", journal_dir=folder / "j")
+    return list(opened.dataset)
+
+
+@pytest.mark.slow
+def test_a_server_that_does_not_speculate_is_named_before_any_prompt_is_sent(
+    built: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _drafters(built, "0.8") as [(good, good_ledger)], reference_server(built) as (plain, plain_ledger):
+        code, _, err = run_main(capsys, *_eval(built, "--server", good.url, "--against", plain.url))
+    assert code == 1
+    line = error_line(err)
+    assert plain.url in line and "does not speculate" in line and "speculative_algorithm" in line
+    assert _eval_lines(good_ledger) == [] and generations(plain_ledger) == []
+
+
+@pytest.mark.slow
+def test_the_table_shows_both_servers_and_the_plot_is_a_png(
+    built: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plot = built / "plots" / "eval.png"
+    with _drafters(built, "0.8", "0.3") as [(good, _), (poor, _)]:
+        code, out, err = run_main(
+            capsys,
+            *_eval(built, "--server", good.url, "--server", poor.url, "--plot", str(plot), "--limit", "6"),
+        )
+    assert code == 0, err
+    assert good.url in out and poor.url in out
+    for title in ("acceptance length", "by group", "accepted drafts", "turn", "finish reason"):
+        assert title in out, title
+    assert f"plot              {plot}" in out
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_split_the_set_lacks_is_named_with_those_it_has(
+    built: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(capsys, *_eval(built, "--server", "http://127.0.0.1:9", "--split", "validation"))
+    assert code == 1
+    line = error_line(err)
+    assert "no split 'validation'" in line and "it has train" in line
+
+
+def test_a_plot_without_matplotlib_names_the_extra_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    recipe = _recipe(tmp_path)
+    code, _, err = run_main(
+        capsys, "eval", str(recipe.base_dir / "recipe.yaml"), "--server", "http://127.0.0.1:9",
+        "--plot", str(tmp_path / "p.png"),
+    )  # fmt: skip
+    assert code == 1
+    assert "eagle3_raw[plot]" in error_line(err)
