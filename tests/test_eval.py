@@ -10,6 +10,8 @@ with which params) are checked on plain rows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,10 +20,13 @@ from typing import Any
 import pytest
 
 from eagle3_raw.cli.main import main
-from eagle3_raw.evaluate.sets import open_split, points
+from eagle3_raw.evaluate.replay import Answer, Failure, Replay
+from eagle3_raw.evaluate.report import Report, server_report, tables
+from eagle3_raw.evaluate.sets import Point, open_split, points
 from eagle3_raw.recipe import load_recipe
 from eagle3_raw.run.mixture import draw
 from eagle3_raw.run.plan import derive_seed
+from eagle3_raw.sglang.protocol.outputs import SPEC_KEYS
 from eagle3_raw.sglang.sampling import SGLANG_SAMPLING_DEFAULTS
 from tests.helpers import (
     CHATS,
@@ -108,6 +113,71 @@ def test_categories_name_each_points_category(tmp_path: Path) -> None:
     rows = [_row(), _row(source_id="plain-2", id="plain-2:1:0")]
     found = points(rows, recipe, categories={"plain-1": "poetry"})
     assert [p.category for p in found] == ["poetry", None]
+
+
+# --- the report, on plain answers -----------------------------------------------------------
+
+
+def _answer(turn: int, tokens: int, steps: int, correct: int, histogram: list[int], latency: float) -> Answer:
+    point = Point(f"s:{turn}:0", "s", turn, tuple(range(10 * turn)), {"max_new_tokens": 64})
+    spec = {
+        "spec_accept_rate": correct / (3 * steps), "spec_accept_length": tokens / steps,
+        "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": 3 * steps, "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": histogram,
+    }  # fmt: skip
+    return Answer(point, tokens, "length", spec, latency)
+
+
+def _replay() -> Replay:
+    answers = (
+        _answer(1, 20, 8, 12, [2, 2, 2, 2], 0.5),
+        _answer(1, 10, 5, 5, [2, 1, 1, 1], 0.25),
+        _answer(3, 30, 10, 20, [0, 3, 4, 3], 1.0),
+    )
+    one = Answer(
+        Point("t:1:0", "t", 1, (1, 2), {"max_new_tokens": 1}), 1, "length", dict.fromkeys(SPEC_KEYS), 0.1
+    )
+    failed = Failure(Point("u:1:0", "u", 1, (1,), {"max_new_tokens": 8}), "3 attempts failed; last: boom")
+    return Replay("http://127.0.0.1:1", {"speculative_algorithm": "EAGLE3"}, (*answers, one), (failed,), 2.0)
+
+
+def test_the_report_sums_the_servers_figures_over_requests_with_speed_beside_them() -> None:
+    report = server_report(_replay()).to_dict()
+    overall = report["overall"]
+    assert (overall["rows"], overall["measured"], overall["tokens"], overall["verify_steps"]) == (
+        4,
+        3,
+        60,
+        23,
+    )
+    assert overall["accept_length"] == pytest.approx(60 / 23)
+    assert overall["accept_rate"] == pytest.approx(37 / 69)
+    assert list(overall["histogram"]) == [4, 6, 7, 6]
+    assert overall["tokens_per_s"] == pytest.approx(60 / 1.75)  # the measured requests' latencies
+    assert report["throughput_tokens_per_s"] == pytest.approx(61 / 2.0)  # every token, over wall time
+    assert report["failed"] == {"3 attempts failed; last: boom": 1} and report["answered"] == 4
+    turns = report["groups"]["turn"]
+    first = next(stats for stats in turns.values() if stats["verify_steps"] == 13)
+    assert first["accept_length"] == pytest.approx(30 / 13) and first["tokens_per_s"] == pytest.approx(
+        30 / 0.75
+    )
+
+
+def test_the_tables_put_the_servers_side_by_side() -> None:
+    from rich.console import Console
+
+    good, poor = (
+        server_report(_replay()),
+        server_report(dataclasses.replace(_replay(), url="http://127.0.0.1:2")),
+    )
+    report = Report("recipe t (t-0), split train", "train", 5, "recipe", (good, poor))
+    console = Console(width=200, record=True, file=io.StringIO())
+    for table in tables(report):
+        console.print(table)
+    text = console.export_text()
+    assert "http://127.0.0.1:1" in text and "http://127.0.0.1:2" in text
+    assert "A length" in text and "B length" in text and "2.61" in text  # 60 / 23
+    assert "accepted drafts" in text and "finish reason" in text
 
 
 # --- end to end, against reference servers --------------------------------------------------
