@@ -131,7 +131,7 @@ def _answer(turn: int, tokens: int, steps: int, correct: int, histogram: list[in
 def _replay() -> Replay:
     answers = (
         _answer(1, 20, 8, 12, [2, 2, 2, 2], 0.5),
-        _answer(1, 10, 5, 5, [2, 1, 1, 1], 0.25),
+        _answer(1, 10, 5, 5, [1, 3, 1, 0], 0.25),
         _answer(3, 30, 10, 20, [0, 3, 4, 3], 1.0),
     )
     one = Answer(
@@ -152,7 +152,7 @@ def test_the_report_sums_the_servers_figures_over_requests_with_speed_beside_the
     )
     assert overall["accept_length"] == pytest.approx(60 / 23)
     assert overall["accept_rate"] == pytest.approx(37 / 69)
-    assert list(overall["histogram"]) == [4, 6, 7, 6]
+    assert list(overall["histogram"]) == [3, 8, 7, 5]
     assert overall["tokens_per_s"] == pytest.approx(60 / 1.75)  # the measured requests' latencies
     assert report["throughput_tokens_per_s"] == pytest.approx(61 / 2.0)  # every token, over wall time
     assert report["failed"] == {"3 attempts failed; last: boom": 1} and report["answered"] == 4
