@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -20,7 +21,8 @@ from eagle3_raw.evaluate.report import Report, tables
 from eagle3_raw.outputs import check_writable
 from eagle3_raw.recipe import parse_set_args
 
-SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+if TYPE_CHECKING:
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def add_eval(sub: SubParsers) -> argparse.ArgumentParser:

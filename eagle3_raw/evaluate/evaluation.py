@@ -22,6 +22,7 @@ from eagle3_raw.evaluate.sets import COLUMNS, open_split, points, table_rows
 from eagle3_raw.recipe import Recipe
 from eagle3_raw.run.render import Renderer
 from eagle3_raw.sglang import client as sglang
+from eagle3_raw.source.prompts import source_categories
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class EvalOptions:
     retries: int | None = None
     """Default: the recipe's ``server.max_retries``."""
     categories: Mapping[str, str] | None = None
-    """Source id -> the source's category, where it has one."""
+    """Source id -> the source's category (default: the recipe's ``prompts.category_column``, read
+    from the source)."""
 
 
 def evaluate(
@@ -61,9 +63,10 @@ def evaluate(
     opened = open_split(
         recipe, split=options.split, overrides=overrides, cache_dir=cache_dir, journal_dir=journal_dir
     )
+    categories = options.categories if options.categories is not None else source_categories(opened.recipe)
     found = points(
         table_rows(opened.dataset.select_columns(list(COLUMNS)).with_format("arrow")[:]),
-        opened.recipe, greedy=options.greedy, categories=options.categories,
+        opened.recipe, greedy=options.greedy, categories=categories,
     )  # fmt: skip
     found = found[: options.limit] if options.limit is not None else found
     if not found:

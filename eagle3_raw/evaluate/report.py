@@ -94,21 +94,23 @@ def server_report(replay: Replay) -> ServerReport:
 
 
 def _speeds(answers: Sequence[Answer], found: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """Group -> bucket -> generated tokens over summed latency, bucketed as ``summarize`` buckets."""
-    tokens = summarize(found)
-    # Bucketed by summarize itself: the same records with each one's latency, in microseconds,
-    # counted as its tokens; a bucket's "tokens" are then its latencies summed.
-    timed = summarize(
-        [{**r, "completion_tokens": round(a.latency * 1e6)} for r, a in zip(found, answers, strict=True)]
-    )
-
-    def speed(count: Stats, time: Stats) -> float | None:
-        return count.tokens / (time.tokens / 1e6) if time.tokens else None
-
-    speeds = {"overall": {"all": speed(tokens.overall, timed.overall)}}
-    for group, buckets in tokens.groups.items():
-        speeds[group] = {label: speed(stats, timed.groups[group][label]) for label, stats in buckets.items()}
+    """Group -> bucket -> generated tokens over summed latency, every answer counted (measured or
+    not), bucketed exactly as ``summarize`` buckets: each record where it falls when summarized alone."""
+    members: dict[str, dict[str, list[Answer]]] = {}
+    for answer, record in zip(answers, found, strict=True):
+        for group, buckets in summarize([record]).groups.items():
+            for label in buckets:
+                members.setdefault(group, {}).setdefault(label, []).append(answer)
+    speeds = {"overall": {"all": speed(answers)}}
+    for group, buckets in members.items():
+        speeds[group] = {label: speed(bucket) for label, bucket in buckets.items()}
     return speeds
+
+
+def speed(answers: Sequence[Answer]) -> float | None:
+    """Generated tokens per second of latency over ``answers`` (None without any latency)."""
+    seconds = sum(a.latency for a in answers)
+    return sum(a.completion_tokens for a in answers) / seconds if seconds > 0 else None
 
 
 @dataclass(frozen=True)
