@@ -329,6 +329,7 @@ def test_the_table_shows_both_servers_and_the_plot_is_a_png(
     assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.slow
 def test_a_split_the_set_lacks_is_named_with_those_it_has(
     built: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
