@@ -101,9 +101,9 @@ def _speeds(answers: Sequence[Answer], found: list[dict[str, Any]]) -> dict[str,
         for group, buckets in summarize([record]).groups.items():
             for label in buckets:
                 members.setdefault(group, {}).setdefault(label, []).append(answer)
-    speeds = {"overall": {"all": speed(answers)}}
-    for group, buckets in members.items():
-        speeds[group] = {label: speed(bucket) for label, bucket in buckets.items()}
+    speeds: dict[str, dict[str, float | None]] = {"overall": {"all": speed(answers)}}
+    for group, labelled in members.items():
+        speeds[group] = {label: speed(bucket) for label, bucket in labelled.items()}
     return speeds
 
 
