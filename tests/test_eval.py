@@ -94,6 +94,7 @@ def test_a_merged_row_replays_each_turn_at_its_span_with_that_turns_seed(tmp_pat
     assert (last.turn, last.prompt_ids) == (3, (100, 101, 102, 103, 104, 105))
     assert first.sampling_params["sampling_seed"] == derive_seed(recipe.sampling.seed, "share-1", 1, 0)
     assert last.sampling_params["sampling_seed"] == 77  # the row's own: its last turn's
+    assert first.max_new_tokens == 64 and last.max_new_tokens == 40  # the recipe's; the row's meta
 
 
 def test_a_mixture_component_s_params_are_the_row_s(tmp_path: Path) -> None:

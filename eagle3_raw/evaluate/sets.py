@@ -7,10 +7,12 @@ One :class:`Point` per generation the set holds: for a ``turn`` or ``rollout`` r
 (``input_ids[:prompt_len]``); for a ``merged`` row (a whole rollout in one row), one point per
 span, its prompt every id before the span (the history verbatim, the target's own earlier
 turns included), so each turn of a rollout is measured as it was generated. Each point is sent
-with the row's ``meta.max_new_tokens`` (what the build sent, fitted to the context) and the
-recipe's sampling for the row (its mixture component's, if drawn), with the row's
-``sampling_seed`` (a merged row's earlier turns: their own seeds); ``greedy`` sends
-``temperature: 0`` instead, the same answer on every server of the same model.
+with the row's ``meta.max_new_tokens`` (what the build sent, fitted to the context; a merged row
+keeps its last turn's, so its earlier turns get the recipe's, as the build sent them; the replay
+fits each to the server's context again) and the recipe's sampling for the row (its mixture
+component's, if drawn), with the row's ``sampling_seed`` (a merged row's earlier turns: their
+own seeds); ``greedy`` sends ``temperature: 0`` instead, the same answer on every server of the
+same model.
 """
 
 from __future__ import annotations
@@ -135,17 +137,20 @@ def _row_points(
     if row.get("kind") != "merged":
         spans = spans[:1]
     for span in spans:
-        seed = row["sampling_seed"]
-        if span["turn"] != row["turn"]:  # a merged row's earlier turn: sent with its own seed
+        if span["turn"] == row["turn"]:
+            params = _params(row, recipe, greedy=greedy)
+        else:  # a merged row's earlier turn: its own seed, and the recipe's limit (not in the row's meta)
             seed = derive_seed(recipe.sampling.seed, row["source_id"], span["turn"], row["sample"])
-        params = _params(row, recipe, seed, greedy=greedy)
+            params = _params({**row, "meta": {}, "sampling_seed": seed}, recipe, greedy=greedy)
         yield Point(
             row_id=str(row["id"]), source_id=str(row["source_id"]), turn=int(span["turn"]),
             prompt_ids=tuple(ids[: span["start"]]), sampling_params=params, category=category,
         )  # fmt: skip
 
 
-def _params(row: Mapping[str, Any], recipe: Recipe, seed: int, *, greedy: bool) -> dict[str, Any]:
+def _params(row: Mapping[str, Any], recipe: Recipe, *, greedy: bool) -> dict[str, Any]:
+    """The recipe's params for ``row`` (its mixture component's), its ``max_new_tokens`` (the
+    recipe's when its meta has none) and seed."""
     choice = draw(recipe, row["source_id"], row["sample"])
     params = recipe.sampling.request_params(choice.component if choice is not None else None)
     sent = (row.get("meta") or {}).get("max_new_tokens")
@@ -154,5 +159,5 @@ def _params(row: Mapping[str, Any], recipe: Recipe, seed: int, *, greedy: bool) 
         params["min_new_tokens"] = params["max_new_tokens"]  # SGLang refuses min above max
     if greedy:
         params["temperature"] = 0.0
-    params["sampling_seed"] = int(seed)
+    params["sampling_seed"] = int(row["sampling_seed"])
     return params
