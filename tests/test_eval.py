@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from eagle3_raw.cli.main import main
@@ -24,6 +25,7 @@ from eagle3_raw.evaluate.replay import Answer, Failure, Replay
 from eagle3_raw.evaluate.report import Report, server_report, tables
 from eagle3_raw.evaluate.sets import Point, open_split, points
 from eagle3_raw.recipe import load_recipe
+from eagle3_raw.reference.ledger import read_ledger
 from eagle3_raw.run.mixture import draw
 from eagle3_raw.run.plan import derive_seed
 from eagle3_raw.sglang.protocol.outputs import SPEC_KEYS
@@ -93,7 +95,7 @@ def test_a_merged_row_replays_each_turn_at_its_span_with_that_turns_seed(tmp_pat
     assert (first.turn, first.prompt_ids) == (1, (100, 101))
     assert (last.turn, last.prompt_ids) == (3, (100, 101, 102, 103, 104, 105))
     assert first.sampling_params["sampling_seed"] == derive_seed(recipe.sampling.seed, "share-1", 1, 0)
-    assert last.sampling_params["sampling_seed"] == 77  # the row's own: its last turn's
+    assert last.sampling_params["sampling_seed"] == derive_seed(recipe.sampling.seed, "share-1", 3, 0)
     assert first.max_new_tokens == 64 and last.max_new_tokens == 40  # the recipe's; the row's meta
 
 
@@ -289,6 +291,14 @@ def test_eval_reports_the_better_drafter_as_better_with_the_servers_own_figures(
     assert sorted(map(_prompt_and_output, _eval_lines(good_ledger))) == sorted(
         map(_prompt_and_output, _eval_lines(poor_ledger))
     )
+    # and each request is the one the build sent for its row: prompt ids and every sampling param
+    assert sorted(map(_request, _eval_lines(good_ledger))) == sorted(
+        map(_request, generations(built / "ledger-0.jsonl"))
+    )
+
+
+def _request(line: Mapping[str, Any]) -> tuple[tuple[int, ...], bytes]:
+    return tuple(line["input_ids"]), orjson.dumps(line["sampling_params"], option=orjson.OPT_SORT_KEYS)
 
 
 def _prompt_and_output(line: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -356,3 +366,53 @@ def test_a_plot_without_matplotlib_names_the_extra_before_anything_is_sent(
     )  # fmt: skip
     assert code == 1
     assert "eagle3_raw[plot]" in error_line(err)
+
+
+@pytest.mark.slow
+def test_a_merged_rollout_row_is_replayed_turn_by_turn_as_the_build_sent_each(tmp_path: Path) -> None:
+    verbatim = Path(__file__).parent / "data" / "templates" / "verbatim.jinja"
+    chats = [
+        {"id": f"c{i}", "messages": [{"role": "user", "content": f"Tell me about owls, part {i}."},
+                                     {"role": "assistant", "content": "An answer from another model."},
+                                     {"role": "user", "content": f"And about moss, part {i}?"}]}
+        for i in range(16)
+    ]  # fmt: skip
+    write_jsonl(tmp_path / "prompts.jsonl", chats)
+    with reference_server(tmp_path, "--chat-template", str(verbatim)) as (server, build_ledger):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url], turns="rollout", model={"chat_template": str(verbatim)},
+            sampling={"temperature": 0.6, "max_new_tokens": 400},  # long enough to stop: the rollout goes on
+        )  # fmt: skip
+        assert main([*_where(tmp_path, "build", str(recipe)), "--quiet"]) == 0
+    rows = _set_rows(tmp_path)
+    merged = [r for r in rows if r["kind"] == "merged"]
+    assert merged, [r["kind"] for r in rows]
+    with _drafters(tmp_path, "0.7") as [(drafter, ledger)]:
+        assert main([*_eval(tmp_path, "--server", drafter.url), "--json"]) == 0
+    lines = _eval_lines(ledger)
+    assert len(lines) == sum(len(r["spans"]) if r["kind"] == "merged" else 1 for r in rows)
+    assert sorted(map(_request, lines)) == sorted(map(_request, generations(build_ledger)))
+    assert {_turn(g["rid"]) for g in lines} == {1, 3}
+
+
+@pytest.mark.slow
+def test_eval_retries_a_failing_server_and_sends_the_api_key_it_is_given(
+    built: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faults = ("--faults", "http500=0.4", "--fault-seed", "2", "--api-key", "right-key")
+    with reference_server(built, *SPECULATING, *faults) as (server, ledger):
+        monkeypatch.setenv("E3R_EVAL_KEY", "wrong-key")
+        code, _, err = run_main(
+            capsys, *_eval(built, "--server", server.url, "--api-key-env", "E3R_EVAL_KEY")
+        )
+        assert code == 1 and "401" in error_line(err)
+        monkeypatch.setenv("E3R_EVAL_KEY", "right-key")
+        code, out, err = run_main(
+            capsys, *_eval(built, "--server", server.url, "--api-key-env", "E3R_EVAL_KEY", "--json")
+        )
+    assert code == 0, err
+    (report,) = json.loads(out)["servers"]
+    rows = len(_set_rows(built))
+    assert report["answered"] == rows and report["failed"] == {}
+    assert len(_eval_lines(ledger)) == rows
+    assert any(r.get("status") == 500 for r in read_ledger(ledger)), "no fault was injected: nothing retried"

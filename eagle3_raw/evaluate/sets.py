@@ -10,9 +10,9 @@ turns included), so each turn of a rollout is measured as it was generated. Each
 with the row's ``meta.max_new_tokens`` (what the build sent, fitted to the context; a merged row
 keeps its last turn's, so its earlier turns get the recipe's, as the build sent them; the replay
 fits each to the server's context again) and the recipe's sampling for the row (its mixture
-component's, if drawn), with the row's ``sampling_seed`` (a merged row's earlier turns: their
-own seeds); ``greedy`` sends ``temperature: 0`` instead, the same answer on every server of the
-same model.
+component's, if drawn), with the row's ``sampling_seed`` (a merged row's column is its first
+turn's: each turn gets its own, derived as the build derived it); ``greedy`` sends
+``temperature: 0`` instead, the same answer on every server of the same model.
 """
 
 from __future__ import annotations
@@ -137,11 +137,14 @@ def _row_points(
     if row.get("kind") != "merged":
         spans = spans[:1]
     for span in spans:
-        if span["turn"] == row["turn"]:
-            params = _params(row, recipe, greedy=greedy)
-        else:  # a merged row's earlier turn: its own seed, and the recipe's limit (not in the row's meta)
-            seed = derive_seed(recipe.sampling.seed, row["source_id"], span["turn"], row["sample"])
-            params = _params({**row, "meta": {}, "sampling_seed": seed}, recipe, greedy=greedy)
+        sent = dict(row)
+        if row.get("kind") == "merged":  # its seed column is its first turn's, its meta its last turn's
+            sent["sampling_seed"] = derive_seed(
+                recipe.sampling.seed, row["source_id"], span["turn"], row["sample"]
+            )
+            if span["turn"] != row["turn"]:
+                sent["meta"] = {}  # an earlier turn: the recipe's max_new_tokens
+        params = _params(sent, recipe, greedy=greedy)
         yield Point(
             row_id=str(row["id"]), source_id=str(row["source_id"]), turn=int(span["turn"]),
             prompt_ids=tuple(ids[: span["start"]]), sampling_params=params, category=category,
