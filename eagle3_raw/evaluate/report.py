@@ -196,7 +196,7 @@ def _groups_table(report: Report) -> Table:
         table.add_column(f"{name} length", justify="right")
         table.add_column(f"{name} rate", justify="right")
         table.add_column(f"{name} tok/s", justify="right")
-    for group, labels in group_labels(report).items():
+    for group, labels in _group_labels(report).items():
         for label in labels:
             cells = []
             for server in report.servers:
@@ -214,7 +214,7 @@ def _cells(stats: Stats | None, speed: float | None) -> list[str]:
     return [f"{stats.rows:,}", _number(stats.accept_length), _rate(stats.accept_rate), _number(speed, 1)]
 
 
-def group_labels(report: Report) -> dict[str, list[str]]:
+def _group_labels(report: Report) -> dict[str, list[str]]:
     """Group -> its bucket labels over every server, in the first server's order, then any others."""
     labels: dict[str, list[str]] = {}
     for server in report.servers:
