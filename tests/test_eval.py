@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
 
 from eagle3_raw.cli.main import main
 from eagle3_raw.evaluate.replay import Answer, Failure, Replay
@@ -39,6 +40,7 @@ from tests.helpers import (
     write_jsonl,
     write_recipe,
 )
+from tests.support.hostile import Forward, HostileServer
 
 SPECULATING = (
     "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
@@ -320,6 +322,28 @@ def test_a_server_that_does_not_speculate_is_named_before_any_prompt_is_sent(
     line = error_line(err)
     assert plain.url in line and "does not speculate" in line and "speculative_algorithm" in line
     assert _eval_lines(good_ledger) == [] and generations(plain_ledger) == []
+
+
+@pytest.mark.slow
+def test_a_server_that_reports_a_drafter_but_measures_nothing_stops_at_its_first_answer(
+    built: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def unmeasured(request: web.Request, forward: Forward) -> web.StreamResponse:
+        status, body = await forward()
+        answer = orjson.loads(body)
+        for key in SPEC_KEYS:
+            answer["meta_info"].pop(key, None)
+        return web.Response(body=orjson.dumps(answer), status=status, content_type="application/json")
+
+    with (
+        _drafters(built, "0.8") as [(worker, ledger)],
+        HostileServer({"/generate": unmeasured}, worker=worker.url) as proxy,
+    ):
+        code, _, err = run_main(capsys, *_eval(built, "--server", proxy.url))
+    assert code == 1
+    line = error_line(err)
+    assert proxy.url in line and "carries none of SGLang's spec_* figures" in line
+    assert len(_eval_lines(ledger)) == 1  # the first answer said it; no other prompt was sent
 
 
 @pytest.mark.slow
