@@ -24,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_raw.errors import RowError, ServerMismatch
+import aiohttp
+
+from eagle3_raw.errors import RequestTimeout, RowError, ServerMismatch
 from eagle3_raw.evaluate.sets import Point
 from eagle3_raw.redact import public_url
 from eagle3_raw.run.plan import fit_max_new_tokens
@@ -124,7 +126,11 @@ class _Sender:
     """Sends points to one server, at most ``max_in_flight`` at a time."""
 
     def __init__(
-        self, session: Any, url: str, identity: sglang.ServerIdentity, options: ReplayOptions
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        identity: sglang.ServerIdentity,
+        options: ReplayOptions,
     ) -> None:
         self.session = session
         self.url = url
@@ -149,11 +155,15 @@ class _Sender:
             rid = f"eval:{point.row_id}:{point.turn}#{number}-{self.run}{uuid.uuid4().hex[:8]}"
             async with self.slots:
                 sent = time.monotonic()
-                generation = await sglang.generate(
-                    self.session, self.url, rid=rid, input_ids=point.prompt_ids, sampling_params=params,
-                    vocab_size=self.options.vocab_size, timeout=self.options.request_timeout,
-                    eos_ids=self.options.eos_ids,
-                )  # fmt: skip
+                try:
+                    generation = await sglang.generate(
+                        self.session, self.url, rid=rid, input_ids=point.prompt_ids, sampling_params=params,
+                        vocab_size=self.options.vocab_size, timeout=self.options.request_timeout,
+                        eos_ids=self.options.eos_ids,
+                    )  # fmt: skip
+                except RequestTimeout:
+                    await sglang.abort(self.session, self.url, rid)  # the server would go on generating
+                    raise
                 return generation, time.monotonic() - sent
 
         try:

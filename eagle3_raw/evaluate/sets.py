@@ -69,6 +69,8 @@ class OpenedSplit:
     """Every split the set has."""
     recipe: Recipe
     label: str
+    model: Mapping[str, str]
+    """The model that generated the set (:attr:`eagle3_raw.identity.Target.model`)."""
 
 
 def open_split(
@@ -104,7 +106,8 @@ def open_split(
     dataset = builder.as_dataset(split=chosen)
     assert isinstance(dataset, datasets.Dataset)
     label = f"recipe {loaded.name} ({builder.config_id}), split {chosen}"
-    return OpenedSplit(dataset, chosen, splits, loaded, label)
+    target = builder.config.target
+    return OpenedSplit(dataset, chosen, splits, loaded, label, dict(target.model) if target else {})
 
 
 def table_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
