@@ -451,3 +451,32 @@ def test_eval_retries_a_failing_server_sends_the_api_key_and_warns_of_another_mo
     assert report["answered"] == rows and report["failed"] == {}
     assert len(_eval_lines(ledger)) == rows
     assert any(r.get("status") == 500 for r in read_ledger(ledger)), "no fault was injected: nothing retried"
+
+
+@pytest.mark.slow
+def test_a_set_with_a_validation_split_replays_it_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("eagle3_raw.splits", reason="splits (issue 24) are not on this branch yet")
+    write_jsonl(tmp_path / "prompts.jsonl", PLAIN)
+    with reference_server(tmp_path) as (server, _):
+        recipe = write_recipe(
+            tmp_path, endpoints=[server.url], splits={"validation": 4},
+            sampling={"temperature": 0, "max_new_tokens": 24},
+        )  # fmt: skip
+        assert main([*_where(tmp_path, "build", str(recipe)), "--quiet"]) == 0
+    held = open_split(recipe, cache_dir=tmp_path / "c", journal_dir=tmp_path / "j")
+    assert held.split == "validation" and set(held.splits) == {"train", "validation"}
+    validation = {row["id"] for row in held.dataset}
+    with _drafters(tmp_path, "0.7") as [(drafter, ledger)]:
+        code, out, err = run_main(capsys, *_eval(tmp_path, "--server", drafter.url, "--json"))
+        assert code == 0, err
+        assert json.loads(out)["split"] == "validation"
+        assert {
+            g["rid"].split("#")[0].rsplit(":", 1)[0].removeprefix("eval:") for g in _eval_lines(ledger)
+        } == validation
+        code, out, err = run_main(
+            capsys, *_eval(tmp_path, "--server", drafter.url, "--json", "--split", "train")
+        )
+    assert code == 0, err
+    assert json.loads(out)["points"] == len(PLAIN) - len(validation)
