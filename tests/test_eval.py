@@ -465,6 +465,7 @@ def test_a_set_with_a_validation_split_replays_it_by_default(
             sampling={"temperature": 0, "max_new_tokens": 24},
         )  # fmt: skip
         assert main([*_where(tmp_path, "build", str(recipe)), "--quiet"]) == 0
+    capsys.readouterr()  # the build's summary
     held = open_split(recipe, cache_dir=tmp_path / "c", journal_dir=tmp_path / "j")
     assert held.split == "validation" and set(held.splits) == {"train", "validation"}
     validation = {row["id"] for row in held.dataset}
