@@ -9,6 +9,7 @@ comparison) would otherwise share its GPU and each one's speed would be the othe
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -68,11 +69,9 @@ def evaluate(
         recipe, split=options.split, overrides=overrides, cache_dir=cache_dir, journal_dir=journal_dir
     )
     categories = options.categories if options.categories is not None else source_categories(opened.recipe)
-    found = points(
-        table_rows(opened.dataset.select_columns(list(COLUMNS)).with_format("arrow")[:]),
-        opened.recipe, greedy=options.greedy, categories=categories,
-    )  # fmt: skip
-    found = found[: options.limit] if options.limit is not None else found
+    table = opened.dataset.select_columns(list(COLUMNS)).with_format("arrow")[:]  # memory-mapped
+    every = points(table_rows(table), opened.recipe, greedy=options.greedy, categories=categories)
+    found = list(itertools.islice(every, options.limit))  # held for every server: --limit bounds them
     if not found:
         raise FatalError(f"{opened.label} has no rows to replay")
     replay_options = _replay_options(opened.recipe, options)

@@ -122,14 +122,12 @@ def points(
     *,
     greedy: bool = False,
     categories: Mapping[str, str] | None = None,
-) -> list[Point]:
-    """The replay points of ``rows`` (records in the set's schema), in the set's order; see the
-    module docstring. ``categories``: source id -> the source's category, where it has one."""
-    found: list[Point] = []
+) -> Iterator[Point]:
+    """The replay points of ``rows`` (records in the set's schema), in the set's order, lazily; see
+    the module docstring. ``categories``: source id -> the source's category, where it has one."""
     for row in rows:
         category = categories.get(row["source_id"]) if categories else None
-        found += list(_row_points(row, recipe, greedy=greedy, category=category))
-    return found
+        yield from _row_points(row, recipe, greedy=greedy, category=category)
 
 
 def _row_points(
