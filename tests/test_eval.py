@@ -21,6 +21,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from eagle3_raw.acceptance import length_bucket
 from eagle3_raw.cli.main import main
 from eagle3_raw.evaluate.replay import Answer, Failure, Replay
 from eagle3_raw.evaluate.report import Report, server_report, tables
@@ -286,6 +287,16 @@ def test_eval_reports_the_better_drafter_as_better_with_the_servers_own_figures(
         by_turn = server["groups"]["turn"]
         for turn in {_turn(g["rid"]) for g in lines}:
             _check_stats(by_turn[str(turn)], _expected([g for g in lines if _turn(g["rid"]) == turn]))
+        by_output = server["groups"]["output length"]
+        for low in {length_bucket(len(g["output_ids"])) for g in lines}:
+            label = f"{low}-{(64 if low == 0 else 2 * low) - 1}"
+            bucket = [g for g in lines if length_bucket(len(g["output_ids"])) == low]
+            _check_stats(by_output[label], _expected(bucket))
+        for group in ("prompt length", "finish reason"):  # every answer in one bucket of each
+            buckets = server["groups"][group].values()
+            assert sum(b["rows"] for b in buckets) == rows and sum(b["tokens"] for b in buckets) == sum(
+                len(g["output_ids"]) for g in lines
+            )
         assert server["overall"]["tokens_per_s"] > 0 and server["throughput_tokens_per_s"] > 0
     assert first["overall"]["accept_length"] > poor_server["overall"]["accept_length"]
     assert first["overall"]["accept_rate"] > poor_server["overall"]["accept_rate"]
