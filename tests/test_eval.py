@@ -492,3 +492,11 @@ def test_a_set_with_a_validation_split_replays_it_by_default(
         )
     assert code == 0, err
     assert json.loads(out)["points"] == len(PLAIN) - len(validation)
+
+
+def test_a_server_that_is_no_url_is_refused_before_the_set_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(capsys, "eval", str(tmp_path / "none.yaml"), "--server", "localhost:30000")
+    assert code == 1
+    assert "'localhost:30000': expected an http:// or https:// URL" in error_line(err)

@@ -75,6 +75,11 @@ def run_eval(args: argparse.Namespace) -> int:
         raise FatalError(f"--limit {args.limit}: expected at least 1")
     if args.max_in_flight < 1:
         raise FatalError(f"--max-in-flight {args.max_in_flight}: expected at least 1")
+    for url in [*args.servers, *args.against]:
+        if not url.startswith(("http://", "https://")):
+            raise FatalError(
+                f"server {url!r}: expected an http:// or https:// URL, e.g. http://127.0.0.1:30000"
+            )
     if args.plot is not None:
         _check_plot(args.plot)
     options = EvalOptions(
