@@ -184,6 +184,11 @@ def test_the_tables_put_the_servers_side_by_side() -> None:
     assert "http://127.0.0.1:1" in text and "http://127.0.0.1:2" in text
     assert "A length" in text and "B length" in text and "2.61" in text  # 60 / 23
     assert "accepted drafts" in text and "finish reason" in text
+    stacked = [str(table.title) for table in tables(report, stacked=True)]  # a narrow terminal
+    assert [title for title in stacked if "by group" in title] == [
+        "acceptance length (accept rate) and tokens/s by group: A",
+        "acceptance length (accept rate) and tokens/s by group: B",
+    ]
 
 
 # --- end to end, against reference servers --------------------------------------------------

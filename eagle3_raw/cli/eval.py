@@ -108,11 +108,17 @@ def _check_plot(path: Path) -> None:
 
 
 def show(report: Report) -> None:
-    """The report's tables on stdout (wide enough for servers side by side, also in a pipe)."""
+    """The report's tables on stdout: servers side by side where they fit the terminal, else one
+    table per server (a pipe or a file is as wide as the side-by-side tables)."""
     from rich.console import Console
+    from rich.measure import Measurement
 
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=200)
-    for table in tables(report):
+    found = tables(report)
+    unbounded = console.options.update_width(10_000)  # each table's natural width
+    if any(Measurement.get(console, unbounded, table).maximum > console.width for table in found):
+        found = tables(report, stacked=True)
+    for table in found:
         console.print(table)

@@ -142,10 +142,14 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def tables(report: Report) -> list[Table]:
-    """The terminal tables: servers, then acceptance by group (servers side by side), then the
-    histogram of accepted drafts per verify step."""
-    return [_servers_table(report), _groups_table(report), _histogram_table(report)]
+def tables(report: Report, *, stacked: bool = False) -> list[Table]:
+    """The terminal tables: the servers and their figures, then acceptance by group (servers side
+    by side, or one table per server when ``stacked``: a narrow terminal), then the histogram of
+    accepted drafts per verify step."""
+    names = server_names(report)
+    pairs = list(zip(names, report.servers, strict=True))
+    groups = [_groups_table(report, [pair]) for pair in pairs] if stacked else [_groups_table(report, pairs)]
+    return [_servers_table(report), _figures_table(report), *groups, _histogram_table(report)]
 
 
 def server_names(report: Report) -> list[str]:
@@ -153,65 +157,79 @@ def server_names(report: Report) -> list[str]:
 
 
 def _servers_table(report: Report) -> Table:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"{printable(report.label)}: {report.points:,} prompts, {report.sampling} sampling")
-    for column in (
-        "",
-        "server",
-        "drafter",
-        "answered",
-        "failed",
-        "accept length",
-        "accept rate",
-        "tokens/s",
-        "throughput",
-    ):
-        table.add_column(column, justify="left" if column in ("", "server", "drafter") else "right")
+    title = f"{printable(report.label)}: {report.points:,} prompts, {report.sampling} sampling"
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("")
+    table.add_column("server", overflow="fold")  # a URL cut short would name no server
+    table.add_column("drafter", overflow="fold")
     for name, server in zip(server_names(report), report.servers, strict=True):
-        drafter = server.replay.drafter
-        shown = " ".join(
-            str(drafter.get(k))
-            for k in ("speculative_algorithm", "speculative_draft_model_path")
-            if drafter.get(k)
-        )
+        table.add_row(name, printable(server.url), _drafter(server.replay.drafter))
+    return table
+
+
+def _figures_table(report: Report) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="overall", box=box.SIMPLE_HEAD)
+    table.add_column("")
+    for column in ("answered", "failed", "accept length", "accept rate", "tokens/s", "throughput"):
+        table.add_column(column, justify="right")
+    for name, server in zip(server_names(report), report.servers, strict=True):
         overall = server.summary.overall
+        speed = server.speed["overall"]["all"]
         table.add_row(
-            name, printable(server.url), printable(shown, limit=60), f"{len(server.replay.answers):,}",
-            f"{len(server.replay.failures):,}", _number(overall.accept_length), _rate(overall.accept_rate),
-            _number(server.speed["overall"]["all"], 1), _number(server.throughput, 1),
+            name, f"{len(server.replay.answers):,}", f"{len(server.replay.failures):,}",
+            _number(overall.accept_length), _rate(overall.accept_rate), _number(speed, 0),
+            _number(server.throughput, 0),
         )  # fmt: skip
     return table
 
 
-def _groups_table(report: Report) -> Table:
+def _drafter(drafter: Mapping[str, Any]) -> str:
+    """The algorithm and draft model a server reports (a server's text: escaped)."""
+    named = [
+        str(drafter[k]) for k in ("speculative_algorithm", "speculative_draft_model_path") if drafter.get(k)
+    ]
+    return printable(" ".join(named), limit=120)
+
+
+def _groups_table(report: Report, servers: Sequence[tuple[str, ServerReport]]) -> Table:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="acceptance length (accept rate, tokens/s) by group")
-    table.add_column("group")
+    title = "acceptance length (accept rate) and tokens/s by group"
+    if len(servers) == 1 and len(report.servers) > 1:
+        title += f": {servers[0][0]}"
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("group", no_wrap=True)
     table.add_column("bucket")
-    names = server_names(report)
-    for name in names:
+    for name, _ in servers:
         table.add_column(f"{name} rows", justify="right")
-        table.add_column(f"{name} length", justify="right")
-        table.add_column(f"{name} rate", justify="right")
+        table.add_column(f"{name} length (rate)", justify="right")
         table.add_column(f"{name} tok/s", justify="right")
     for group, labels in _group_labels(report).items():
-        for label in labels:
+        for i, label in enumerate(labels):
             cells = []
-            for server in report.servers:
+            for _, server in servers:
                 stats = server.summary.groups.get(group, {}).get(label)
-                speed = server.speed.get(group, {}).get(label)
-                cells += _cells(stats, speed)
-            table.add_row(group, printable(label, limit=40), *cells)
+                cells += _cells(stats, server.speed.get(group, {}).get(label))
+            table.add_row(group if i == 0 else "", printable(label, limit=40), *cells)
         table.add_section()
     return table
 
 
 def _cells(stats: Stats | None, speed: float | None) -> list[str]:
     if stats is None:
-        return ["0", "-", "-", "-"]
-    return [f"{stats.rows:,}", _number(stats.accept_length), _rate(stats.accept_rate), _number(speed, 1)]
+        return ["0", "-", "-"]
+    return [
+        f"{stats.rows:,}",
+        f"{_number(stats.accept_length)} ({_rate(stats.accept_rate)})",
+        _number(speed, 0),
+    ]
 
 
 def _group_labels(report: Report) -> dict[str, list[str]]:
@@ -225,9 +243,10 @@ def _group_labels(report: Report) -> dict[str, list[str]]:
 
 
 def _histogram_table(report: Report) -> Table:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="verify steps by accepted drafts (share of each server's steps)")
+    table = Table(title="verify steps by accepted drafts (share of each server's steps)", box=box.SIMPLE_HEAD)
     table.add_column("accepted drafts", justify="right")
     names = server_names(report)
     for name in names:
