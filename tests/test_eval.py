@@ -473,7 +473,6 @@ def test_eval_retries_a_failing_server_sends_the_api_key_and_warns_of_another_mo
 def test_a_set_with_a_validation_split_replays_it_by_default(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("eagle3_raw.splits", reason="splits (issue 24) are not on this branch yet")
     write_jsonl(tmp_path / "prompts.jsonl", PLAIN)
     with reference_server(tmp_path) as (server, _):
         recipe = write_recipe(
