@@ -1,5 +1,5 @@
 """The ``eagle3-raw`` command line: build, validate, merge, push, reproduce, export, inspect, stats,
-journals, slurm, ray, status, serve-reference.
+eval, journals, slurm, ray, status, serve-reference.
 
 Exit codes (README, "Exit codes"): 0 done; 1 an error, printed as one line; 2 a usage error
 (argparse's); 3 ``reproduce --strict`` when not every row is identical; 4 a build that finished
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.builder import build
 from eagle3_raw.cli import cluster as cluster_cli
+from eagle3_raw.cli import eval as eval_cli
 from eagle3_raw.cli import export as export_cli
 from eagle3_raw.cli import hub as hub_cli
 from eagle3_raw.cli import inspect as inspect_cli
@@ -222,6 +223,7 @@ def _add_looking(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     inspect_cli.add_inspect(sub)
     stats.add_stats(sub)
+    eval_cli.add_eval(sub)
 
 
 def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
