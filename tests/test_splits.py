@@ -339,3 +339,26 @@ def test_push_publishes_both_splits_and_their_counts(
         )
     assert not [f for f in emulator.files("alice/held", "v2") if f.startswith("held/validation")]
     assert "splits" not in orjson.loads(emulator.files("alice/held", "v2")["recipes/held.manifest.json"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("validation", [0.3, 4])
+def test_a_derived_set_is_split_after_its_rows_are_selected(tmp_path: Path, validation: float) -> None:
+    write_jsonl(tmp_path / "prompts.jsonl", _prompts(30))
+    sampling = {"max_new_tokens": 200, "temperature": 0.7, "samples_per_prompt": 2, "seed": 1}
+    shaped = {"splits": {"validation": validation}, "sampling": sampling}
+    parent = build(_recipe(tmp_path, **shaped), run_options=_run(tmp_path))
+    rows = [*parent.dataset, *parent.validation]
+    bound = sorted(sum(row["loss_mask"]) for row in rows)[len(rows) // 2]  # keeps about half
+    derived = build(_recipe(tmp_path, **shaped, select={"max_output_len": bound}), run_options=_run(tmp_path))
+    kept = {row["id"] for row in rows if sum(row["loss_mask"]) <= bound}
+    assert 0 < len(kept) < len(rows)
+    assert sorted([*_ids(derived.dataset), *_ids(derived.validation)]) == sorted(kept)
+    source_ids = [row["source_id"] for row in [*derived.dataset, *derived.validation]]
+    held = (
+        _held_fraction(source_ids, validation, 0)
+        if isinstance(validation, float)
+        else _held_count(source_ids, validation, 0)
+    )  # the count's lowest keys among the selected rows' conversations
+    assert {row["source_id"] for row in derived.validation} == held
+    assert not held & {row["source_id"] for row in derived.dataset}
