@@ -20,6 +20,10 @@ the request's own output so far. A prefix-cache hit shares slots, and their ids,
 shares the KV rows. (A request retracted and prefilled again would count its output as prompt;
 the tests' server has the memory never to retract.)
 
+A speculative verify step (NGRAM, ``tests/real_sglang/test_speculative.py``) asks the logits
+of every node of each request's draft tree (:meth:`Eagle3RawReferenceForCausalLM._verify`): a
+node's position says how far into the answer it is.
+
 Logits: the hidden state of a position is the chosen token's row of a fixed head of unit vectors
 (64 wide, seeded), times 200; SGLang's own ``LogitsProcessor`` multiplies it by the head, so the
 chosen token's logit is 200 and every other one at most about 120: greedy picks it exactly, and
@@ -92,7 +96,9 @@ class Eagle3RawReferenceForCausalLM(nn.Module):
         self._remember_ids(forward_batch.out_cache_loc, input_ids)
         hidden = torch.zeros(input_ids.shape[0], self.head.weight.shape[1], dtype=self.head.weight.dtype)
         mode = forward_batch.forward_mode
-        if input_ids.shape[0] and (mode.is_extend() or mode.is_decode()):
+        if input_ids.shape[0] and mode.is_target_verify():
+            self._verify(positions, forward_batch, hidden)
+        elif input_ids.shape[0] and (mode.is_extend() or mode.is_decode()):
             seq_lens = _as_list(forward_batch.seq_lens_cpu, forward_batch.seq_lens)
             rows = _sampled_rows(forward_batch, len(seq_lens), mode.is_decode())
             table = get_req_to_token_pool().req_to_token
@@ -107,6 +113,25 @@ class Eagle3RawReferenceForCausalLM(nn.Module):
                 token = self._answer(ids[:prompt_len]).at(seq_len - prompt_len)
                 hidden[row] = self.head.weight[token] * _SCALE
         return self.logits_processor(input_ids, hidden, self.head, forward_batch)
+
+    def _verify(self, positions: torch.Tensor, forward_batch: Any, hidden: torch.Tensor) -> None:
+        """A speculative verify step (``ForwardMode.TARGET_VERIFY``): each request's rows are its
+        draft tree's nodes, node 0 the last token generated, every node at ``position`` = the
+        request's length before it + its depth in the tree. The target's next token after a node
+        is the answer's token at ``position + 1 - prompt length`` (what the path's tokens are
+        matters not: a node whose path left the answer is never accepted, so its prediction is
+        never read)."""
+        table = get_req_to_token_pool().req_to_token
+        pool = forward_batch.req_pool_indices.tolist()
+        rids = forward_batch.rids or [None] * len(pool)
+        where = positions.tolist()
+        width = len(where) // max(len(pool), 1)
+        for i, row in enumerate(pool):
+            key = rids[i] if rids[i] is not None else ("pool", row)
+            prompt_len = self.prompt_lens.get(key, where[i * width])
+            answer = self._answer(self._sequence(table[row, :prompt_len]))
+            for node in range(i * width, (i + 1) * width):
+                hidden[node] = self.head.weight[answer.at(where[node] + 1 - prompt_len)] * _SCALE
 
     def _remember_ids(self, slots: torch.Tensor, ids: torch.Tensor) -> None:
         if slots.numel() == 0:
