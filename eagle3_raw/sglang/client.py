@@ -35,7 +35,7 @@ from eagle3_raw.errors import (
     ServerUnreachable,
 )
 from eagle3_raw.redact import public_url, scrub
-from eagle3_raw.sglang.model import DRAFTER_KEYS
+from eagle3_raw.sglang.model import DRAFTER_KEYS, DRAFTER_SETTING_KEYS
 from eagle3_raw.sglang.responses import Generation, check_response
 from eagle3_raw.sglang.status import error_message, http_error
 
@@ -52,7 +52,7 @@ SERVER_INFO_KEYS = (
     "max_running_requests", "max_total_num_tokens", "max_req_input_len", "preferred_sampling_params",
     "allow_auto_truncate", "revision", "chunked_prefill_size", "launch_command", "speculative_algorithm",
     "chat_template", "tokenizer_mode", "trust_remote_code", "reasoning_parser", "tool_call_parser",
-    *DRAFTER_KEYS[1:],
+    *DRAFTER_KEYS[1:], *DRAFTER_SETTING_KEYS,
 )  # fmt: skip
 """``/server_info`` keys worth keeping in the manifest and on the card (server version and flags)."""
 
@@ -92,10 +92,13 @@ class ServerIdentity:
     @property
     def drafter(self) -> dict[str, Any]:
         """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS` as
-        ``/server_info`` reports them); empty when it does not speculate."""
-        if not self.server_info.get("speculative_algorithm"):
+        ``/server_info`` reports them, and the :data:`~eagle3_raw.sglang.model.DRAFTER_SETTING_KEYS`
+        it reports set); empty when it does not speculate."""
+        info = self.server_info
+        if not info.get("speculative_algorithm"):
             return {}
-        return {key: self.server_info.get(key) for key in DRAFTER_KEYS}
+        settings = {key: info[key] for key in DRAFTER_SETTING_KEYS if info.get(key) is not None}
+        return {**{key: info.get(key) for key in DRAFTER_KEYS}, **settings}
 
     @property
     def skips_tokenizer_init(self) -> bool:

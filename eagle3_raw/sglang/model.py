@@ -14,3 +14,13 @@ DRAFTER_KEYS = (
 )
 """The ``/server_info`` keys that say which drafter a speculating server runs: its acceptance
 figures (``meta_info``'s ``spec_*``) are that drafter's, so a set records them with its target."""
+
+DRAFTER_SETTING_KEYS = (
+    "speculative_ngram_min_bfs_breadth",
+    "speculative_ngram_max_bfs_breadth",
+    "speculative_ngram_match_type",
+    "speculative_ngram_max_trie_depth",
+    "speculative_ngram_external_corpus_path",
+)
+"""Further ``/server_info`` keys that decide what an NGRAM drafter proposes (it has no draft model):
+part of the drafter when the server reports them (SGLang 0.5.23 does, as null for other algorithms)."""

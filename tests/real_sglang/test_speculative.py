@@ -30,7 +30,7 @@ import pytest
 import eagle3_raw
 from eagle3_raw.resources import reference_model_dir
 from eagle3_raw.rows import SPEC_FIELDS
-from eagle3_raw.sglang.model import DRAFTER_KEYS
+from eagle3_raw.sglang.model import DRAFTER_KEYS, DRAFTER_SETTING_KEYS
 from tests.helpers import rid_row_id, write_prompts, write_recipe
 from tests.real_sglang.conftest import SERVER_FLAGS
 from tests.real_sglang.server import MODEL_FILES, RealSGLang, get, launch_real
@@ -105,7 +105,9 @@ def test_rows_keep_the_real_servers_speculative_figures_and_the_set_names_its_dr
     info = get(ngram_server.url, "/server_info")
     (manifest,) = (tmp_path / "journals-ngram").glob("sets/*/manifest.json")
     drafter = json.loads(manifest.read_text())["target"]["drafter"]
-    assert drafter == {key: info[key] for key in DRAFTER_KEYS}
+    settings = {key: info[key] for key in DRAFTER_SETTING_KEYS if info.get(key) is not None}
+    assert "speculative_ngram_max_bfs_breadth" in settings  # what an NGRAM drafter proposes is its own
+    assert drafter == {**{key: info[key] for key in DRAFTER_KEYS}, **settings}
     assert drafter["speculative_algorithm"] == "NGRAM" and drafter["speculative_num_draft_tokens"] == 12
 
     # speculation leaves greedy outputs as they are: the same token rows from the plain server
