@@ -5,7 +5,8 @@
     with launch_real_vllm(tiny_qwen3(tmp), "--reasoning-parser", "qwen3", log_dir=tmp) as server:
         ...  # server.url, server.log()
 
-The command is the venv's ``vllm serve MODEL --host 127.0.0.1 --port N`` with :data:`CPU_FLAGS`
+The command is the venv's ``python -m vllm.entrypoints.openai.api_server --model MODEL --host
+127.0.0.1 --port N`` (:func:`command`) with :data:`CPU_FLAGS`
 (dummy weights, a small context, the scale-out routes), in the environment :func:`server_env`
 gives (the CPU platform, usage statistics off, a 1 GiB KV cache), under the project's guard
 (``eagle3_raw.launching.guard``: its own process group, stopped with the test process even when
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_raw.launching.reference import free_port, healthy
-from tests.real_vllm.venv import ensure_venv
+from tests.real_vllm.venv import ensure_venv, python
 from tests.support.pace import scaled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,10 +52,6 @@ def server_env(marker: str) -> dict[str, str]:
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache (the default takes a share of memory)
         MARKER: marker,
     }
-
-
-def executable(venv: Path) -> Path:
-    return venv / "bin" / "vllm"
 
 
 @dataclass(frozen=True)
@@ -92,9 +89,12 @@ class RealVLLM:
 
 
 def command(venv: Path, model: Path, port: int, *args: str) -> list[str]:
-    """``vllm serve MODEL`` on 127.0.0.1:``port`` with :data:`CPU_FLAGS`, then ``args``."""
-    head = [str(executable(venv)), "serve", str(model), "--host", "127.0.0.1", "--port", str(port)]
-    return [*head, *CPU_FLAGS, *args]
+    """The OpenAI server serving ``model`` on 127.0.0.1:``port`` with :data:`CPU_FLAGS`, then
+    ``args``. Not ``vllm serve``: vllm-cpu's ``vllm`` command asks for the version of a
+    distribution named ``vllm`` (``importlib.metadata.version("vllm")``,
+    ``vllm/entrypoints/cli/main.py``) and dies, the distribution being ``vllm-cpu``."""
+    module = [str(python(venv)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    return [*module, "--host", "127.0.0.1", "--port", str(port), *CPU_FLAGS, *args]
 
 
 @contextlib.contextmanager

