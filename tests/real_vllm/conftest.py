@@ -65,6 +65,8 @@ def real_vllm_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if built and (why := _pypi_unreachable()) is not None:
         pytest.skip(f"the real-vLLM tier needs PyPI to build its venv ({venv.venv_dir()}), and {PYPI} "
                     f"cannot be reached: {why}")  # fmt: skip
+    if venv.missing_libnuma():
+        pytest.fail("vLLM's CPU kernels need libnuma.so.1, which this machine lacks (Debian: libnuma1)")
     path = venv.ensure_venv()
     record(tmp_path_factory, venv_seconds=round(time.monotonic() - started, 1), venv_built=built)
     return path
