@@ -11,7 +11,7 @@ The command is the venv's ``python -m vllm.entrypoints.openai.api_server --model
 gives (the CPU platform, usage statistics off, a 1 GiB KV cache), under the project's guard
 (``eagle3_raw.launching.guard``: its own process group, stopped with the test process even when
 that is killed). Stopping sends SIGTERM to the group, then SIGKILL, and waits until no process
-of the server is left (they are found by the ``E3_REAL_VLLM`` marker in their environment).
+of the server is left (:func:`processes_marked`).
 """
 
 from __future__ import annotations
@@ -147,21 +147,26 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path, ti
 
 
 def processes_marked(marker: str) -> list[int]:
-    """Pids of live processes whose environment has ``E3_REAL_VLLM=marker`` (the guard, the API
-    server, the engine core: all inherit it)."""
+    """Pids of live processes of one server: those whose environment has ``E3_REAL_VLLM=marker``,
+    and those in a session one of them leads. The session is needed: vLLM's engine core and
+    worker rename themselves (``setproctitle``), which overwrites the environment ``/proc`` shows,
+    but they stay in the session of the server the guard started (``start_new_session``)."""
     wanted = f"{MARKER}={marker}".encode()
-    found = []
+    marked, sessions = set(), {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if state != "Z" and wanted in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+        if fields[0] == "Z":
+            continue
+        sessions[int(entry.name)] = int(fields[3])  # state, ppid, pgrp, session
+        if wanted in environ.split(b"\0"):
+            marked.add(int(entry.name))
+    return sorted(pid for pid, session in sessions.items() if pid in marked or session in marked)
 
 
 def _wait_gone(marker: str, timeout: float) -> list[int]:
