@@ -28,20 +28,22 @@ pytest_plugins = ["tests.support.hub_server"]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
-    """The real-SGLang tier's measured times (venv build, server start, pace), when it ran
-    (written by ``tests/real_sglang/conftest.py``)."""
+    """The real-server tiers' measured times (venv build, server start, pace), when they ran
+    (written by ``tests/real_sglang/conftest.py`` and ``tests/real_vllm/conftest.py``)."""
     factory = getattr(config, "_tmp_path_factory", None)
-    times = factory.getbasetemp() / "real_sglang_times.json" if factory is not None else None
-    if times is not None and times.exists():
-        terminalreporter.write_line(f"real SGLang tier: {times.read_text()}")
+    for name, tier in (("real_sglang_times.json", "SGLang"), ("real_vllm_times.json", "vLLM")):
+        times = factory.getbasetemp() / name if factory is not None else None
+        if times is not None and times.exists():
+            terminalreporter.write_line(f"real {tier} tier: {times.read_text()}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-SGLang tier counts as slow too, so ``pytest -m "not slow"`` (the quick loop) leaves
-    it out. Its ``real_sglang`` marker is put on by ``tests/real_sglang/conftest.py``'s hook, which
-    runs first (``tryfirst``); ``-m`` deselects after every conftest's hook (pytest's own runs last)."""
+    """The real-server tiers count as slow too, so ``pytest -m "not slow"`` (the quick loop) leaves
+    them out. Their ``real_sglang`` and ``real_vllm`` markers are put on by their folders' conftest
+    hooks, which run first (``tryfirst``); ``-m`` deselects after every conftest's hook (pytest's
+    own runs last)."""
     for item in items:
-        if item.get_closest_marker("real_sglang") is not None:
+        if any(item.get_closest_marker(tier) is not None for tier in ("real_sglang", "real_vllm")):
             item.add_marker(pytest.mark.slow)
 
 

@@ -27,8 +27,10 @@ def test_quick_start_has_the_two_commands_ci_runs_the_test_one() -> None:
     demo, tests = _quick_start()
     assert "pip install -e ." in demo and "eagle3-raw build builder_scripts/demo.yaml" in demo
     assert 'pip install -e ".[test,ray]"' in tests
-    # CI runs the real-SGLang tier too, in a process of its own (one real server for the tier)
-    assert tests.endswith('pytest -n 3 -m "not real_sglang" && pytest -m real_sglang')
+    # CI runs the real-server tiers too, each in a process of its own (one real server per tier)
+    assert tests.endswith(
+        'pytest -n 3 -m "not real_sglang and not real_vllm" && pytest -m real_sglang && pytest -m real_vllm'
+    )
     matching = [
         line
         for line in (ROOT / "README.md").read_text().splitlines()
