@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 _MASK = (1 << 64) - 1
 _UNIT = float(1 << 64)
 
@@ -49,13 +51,14 @@ class Drafter:
     def figures(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict[str, Any]:
         """The figures of one finished generation (empty with fewer than two output ids)."""
         threshold = self.acceptance * (0.6 + 0.8 * _unit(_prompt_hash(input_ids)))
+        accepted = _accepted(output_ids, threshold)
         drafts = self.draft_tokens - 1
         histogram = [0] * (drafts + 1)
-        position, steps, correct = 1, 0, 0
-        while position < len(output_ids):
-            room = min(drafts, len(output_ids) - position - 1)  # the bonus id needs a place
+        position, steps, correct, n = 1, 0, 0, len(output_ids)
+        while position < n:
+            room = min(drafts, n - position - 1)  # the bonus id needs a place
             run = 0
-            while run < room and _accepted(output_ids, position + run, threshold):
+            while run < room and accepted[position + run]:
                 run += 1
             histogram[run] += 1
             steps, correct, position = steps + 1, correct + run, position + run + 1
@@ -66,7 +69,7 @@ class Drafter:
         proposed = steps * drafts
         return {
             "spec_accept_rate": correct / proposed,
-            "spec_accept_length": len(output_ids) / steps,
+            "spec_accept_length": n / steps,
             "spec_num_correct_drafts": correct,
             "spec_num_proposed_drafts": proposed,
             "spec_verify_ct": steps,
@@ -74,22 +77,26 @@ class Drafter:
         }
 
 
-def _accepted(ids: Sequence[int], at: int, threshold: float) -> bool:
-    before, last = ids[at - 2] if at >= 2 else -1, ids[at - 1]
-    context = (before & _MASK) * 0x9E3779B97F4A7C15 ^ last * 0xC2B2AE3D27D4EB4F ^ ids[at]
-    return _unit(_mix(context)) < threshold
+def _accepted(ids: Sequence[int], threshold: float) -> list[bool]:
+    """Per output position, whether a draft of that id is accepted: a hash of the id and the two
+    before it (-1 before the first) against ``threshold``; computed for all positions at once."""
+    values = np.asarray(ids, dtype=np.uint64)
+    before = np.concatenate([np.full(2, _MASK, np.uint64), values])  # -1 as 64 bits
+    with np.errstate(over="ignore"):  # the products wrap modulo 2^64 on purpose
+        context = (
+            before[:-2] * np.uint64(0x9E3779B97F4A7C15)
+            ^ before[1:-1] * np.uint64(0xC2B2AE3D27D4EB4F)
+            ^ values
+        )
+        z = context ^ (context >> np.uint64(30))  # splitmix64's finalizer: well-mixed 64 bits
+        z = z * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z.astype(np.float64) / _UNIT < threshold).tolist()  # type: ignore[no-any-return]
 
 
 def _prompt_hash(ids: Sequence[int]) -> int:
     return int.from_bytes(hashlib.blake2b(array("q", ids).tobytes(), digest_size=8).digest(), "little")
-
-
-def _mix(value: int) -> int:
-    """splitmix64's finalizer: 64 well-mixed bits from any int."""
-    z = value & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
 
 
 def _unit(value: int) -> float:
