@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-be8818184ea57bad",
-    "demo": "demo-e2e22c8c4500e8b2",
-    "gpt-oss": "gpt-oss-90e672b89ef3d4ac",
-    "kimi-k2.5": "kimi-k2.5-14a98093435dd0ce",
-    "llama-3.1": "llama-3.1-eb37e7d81f275601",
-    "qwen3": "qwen3-36c94e9f0f05e1ed",
+    "deepseek-v3": "deepseek-v3-d83663d387d5ef5c",
+    "demo": "demo-33e5d8c8fc3fb753",
+    "gpt-oss": "gpt-oss-2963d43b895cdc59",
+    "kimi-k2.5": "kimi-k2.5-7767e8282fd6d66a",
+    "llama-3.1": "llama-3.1-53fdb1018d53eca0",
+    "qwen3": "qwen3-56f4bea22a0f12be",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
