@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-d83663d387d5ef5c",
-    "demo": "demo-33e5d8c8fc3fb753",
-    "gpt-oss": "gpt-oss-2963d43b895cdc59",
-    "kimi-k2.5": "kimi-k2.5-7767e8282fd6d66a",
-    "llama-3.1": "llama-3.1-53fdb1018d53eca0",
-    "qwen3": "qwen3-56f4bea22a0f12be",
+    "deepseek-v3": "deepseek-v3-a77db4b8631f34f8",
+    "demo": "demo-d586180ed90518a5",
+    "gpt-oss": "gpt-oss-4636944da1c1acce",
+    "kimi-k2.5": "kimi-k2.5-b5535d2f6289cf8e",
+    "llama-3.1": "llama-3.1-58e51dc72f0c9d22",
+    "qwen3": "qwen3-454252dd29cd412b",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

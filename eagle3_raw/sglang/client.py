@@ -92,12 +92,14 @@ class ServerIdentity:
     @property
     def drafter(self) -> dict[str, Any]:
         """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS` as
-        ``/server_info`` reports them, and the :data:`~eagle3_raw.sglang.model.DRAFTER_SETTING_KEYS`
-        it reports set); empty when it does not speculate."""
+        ``/server_info`` reports them, and for NGRAM the
+        :data:`~eagle3_raw.sglang.model.DRAFTER_SETTING_KEYS` it reports set); empty when it does
+        not speculate."""
         info = self.server_info
         if not info.get("speculative_algorithm"):
             return {}
-        settings = {key: info[key] for key in DRAFTER_SETTING_KEYS if info.get(key) is not None}
+        ngram = info.get("speculative_algorithm") == "NGRAM"
+        settings = {key: info[key] for key in DRAFTER_SETTING_KEYS if ngram and info.get(key) is not None}
         return {**{key: info.get(key) for key in DRAFTER_KEYS}, **settings}
 
     @property

@@ -15,6 +15,7 @@ from eagle3_raw.reference.capacity import Counters
 from eagle3_raw.reference.engine import EngineParams
 from eagle3_raw.reference.server.replies import json_response
 from eagle3_raw.reference.server.state import ServerState
+from eagle3_raw.sglang import protocol as p
 
 VERSION = "0.5.23"
 
@@ -76,7 +77,7 @@ class Info:
             "preferred_sampling_params": dict(c.preferred_sampling_params) or None,
             "chat_template": str(c.chat_template) if c.chat_template else None,
             "reasoning_parser": c.reasoning_parser, "tool_call_parser": c.reported_tool_call_parser,
-            **self._speculative(),
+            **self._speculative(), **self._ngram(),
             "sampling_defaults": "model", "launch_command": c.launch_command, "status": "ready",
             "max_total_num_tokens": s.max_total_num_tokens,
             "max_req_input_len": s.limits.max_req_input_len,
@@ -94,6 +95,11 @@ class Info:
             "speculative_eagle_topk": c.speculative_eagle_topk,
             "speculative_num_draft_tokens": c.speculative_num_draft_tokens,
         }  # fmt: skip
+
+    @staticmethod
+    def _ngram() -> dict[str, Any]:
+        """SGLang reports its NGRAM settings whatever the algorithm (the reference has no NGRAM)."""
+        return dict(p.NGRAM_DEFAULTS)
 
     def _internal_state(self) -> dict[str, Any]:
         return {

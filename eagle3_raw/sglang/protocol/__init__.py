@@ -43,6 +43,7 @@ from eagle3_raw.sglang.protocol.normalize import (
     normalize,
 )
 from eagle3_raw.sglang.protocol.outputs import (
+    NGRAM_DEFAULTS,
     QUEUE_FULL,
     find_stop,
     finish_abort,
@@ -56,6 +57,7 @@ from eagle3_raw.sglang.protocol.outputs import (
 from eagle3_raw.sglang.protocol.sampling import TOP_K_ALL, Sampling, parse_sampling
 
 __all__ = [
+    "NGRAM_DEFAULTS",
     "QUEUE_FULL",
     "TOP_K_ALL",
     "GateError",

@@ -87,6 +87,17 @@ drafter and the request had a verify step, in the order SGLang adds them (after 
 ``managers/tokenizer_manager.py::_calculate_spec_decoding_metrics``)."""
 
 
+NGRAM_DEFAULTS = {
+    "speculative_ngram_min_bfs_breadth": 1,
+    "speculative_ngram_max_bfs_breadth": 10,
+    "speculative_ngram_match_type": "BFS",
+    "speculative_ngram_max_trie_depth": 18,
+    "speculative_ngram_external_corpus_path": None,
+}
+"""The NGRAM drafter's settings as ``/server_info`` reports them by default, whatever the algorithm
+(``srt/arg_groups/fields/spec.py``)."""
+
+
 def meta_info(
     rid: str,
     finish: Mapping[str, Any] | None,
