@@ -178,7 +178,9 @@ def test_requests_beyond_the_slots_wait_in_a_queue(launch: Launch, contract: Mod
     outcomes = post_many(server.url, [body(20)] * 4, concurrency=4)
     check_outcomes(contract, [body(20)] * 4, outcomes)
     latencies = sorted(o.json()["meta_info"]["e2e_latency"] for o in outcomes)
-    assert latencies[0] >= 0.2 and latencies[2] >= 0.4  # the last two waited for a whole generation
+    # the last two waited for a slot: the 0.2 s of a generation, less how much later than the first
+    # two they reached the server (a few ms on a busy machine: 0.397 s was seen), then their own 0.2 s
+    assert latencies[0] >= 0.2 and latencies[2] >= 0.3
     assert get(server.url, "/reference/stats").json()["max_queue_depth"] == 2
 
 
