@@ -32,6 +32,7 @@ import orjson
 
 from eagle3_raw import codedigest
 from eagle3_raw.recipe import canonical_params, shaping_payload
+from eagle3_raw.serving import ENGINE_LABELS
 from eagle3_raw.sglang.model import TARGET_KEYS
 
 if TYPE_CHECKING:
@@ -71,6 +72,10 @@ class Target:
     """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS`; empty
     without one). Its outputs are the target's, but each row keeps that drafter's acceptance, so it
     is part of every generation's identity (:attr:`model_digest`) and of the set's."""
+    engine: str = "sglang"
+    """The engine serving the model (``sglang`` or ``vllm``): another engine computes other outputs
+    of the same weights, so it is part of every generation's identity and of the set's (SGLang's
+    digests are those it had before there was a second engine)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -81,6 +86,8 @@ class Target:
             data["parsers"] = dict(self.parsers)
         if self.drafter:
             data["drafter"] = dict(self.drafter)
+        if self.engine != "sglang":
+            data["engine"] = self.engine
         return data
 
     @classmethod
@@ -90,7 +97,7 @@ class Target:
         parsers, drafter = dict(data.get("parsers") or {}), dict(data.get("drafter") or {})
         return cls(
             model, data.get("token_budget"), data.get("input_limit"), render, renderer, origin, parsers,
-            drafter,
+            drafter, str(data.get("engine") or "sglang"),
         )  # fmt: skip
 
     def with_drafter(self, drafter: Mapping[str, Any]) -> Target:
@@ -117,9 +124,10 @@ class Target:
         """The model part alone (and its drafter, when it speculates): what a generation's request
         digest covers."""
         model = _canonical({k: self.model.get(k, "") for k in TARGET_KEYS})
-        if not self.drafter:
-            return _sha(b"eagle3_raw/target/1", model)
-        return _sha(b"eagle3_raw/target/1", model, _canonical(dict(self.drafter)))
+        parts = [model] if not self.drafter else [model, _canonical(dict(self.drafter))]
+        if self.engine != "sglang":
+            parts.append(b"engine:" + self.engine.encode())
+        return _sha(b"eagle3_raw/target/1", *parts)
 
     @functools.cached_property
     def id(self) -> str:
@@ -129,14 +137,15 @@ class Target:
         return _sha(b"eagle3_raw/target-limits/1", self.model_digest, shape).hex()
 
     def describe(self) -> str:
-        """One line for messages: the served model, its weights, the SGLang version and limits."""
+        """One line for messages: the served model, its weights, the engine's version and limits."""
         m, d = self.model, self.drafter
         drafter = (
             f", drafter {d.get('speculative_algorithm')} {d.get('speculative_draft_model_path')}" if d else ""
         )
         return (
             f"{m.get('served_model_name') or m.get('model_path')} (weights {m.get('weight_version')}, "
-            f"SGLang {m.get('version')}, context {self.token_budget}, longest prompt {self.input_limit}, "
+            f"{ENGINE_LABELS.get(self.engine, self.engine)} {m.get('version')}, context {self.token_budget}, "
+            f"longest prompt {self.input_limit}, "
             f"prompts rendered {'by the server' if self.render == 'server' else 'here'}{drafter})"
         )
 

@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-a77db4b8631f34f8",
-    "demo": "demo-d586180ed90518a5",
-    "gpt-oss": "gpt-oss-4636944da1c1acce",
-    "kimi-k2.5": "kimi-k2.5-b5535d2f6289cf8e",
-    "llama-3.1": "llama-3.1-58e51dc72f0c9d22",
-    "qwen3": "qwen3-454252dd29cd412b",
+    "deepseek-v3": "deepseek-v3-aa2dfcec5db0f9f8",
+    "demo": "demo-a2a8779b14da4445",
+    "gpt-oss": "gpt-oss-5f537946ec3dc72c",
+    "kimi-k2.5": "kimi-k2.5-21b1f84daa87e261",
+    "llama-3.1": "llama-3.1-5fbc0f2118007e16",
+    "qwen3": "qwen3-20691173a8c52650",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -22,6 +22,7 @@ from eagle3_raw.errors import RecipeError
 from eagle3_raw.launching.reference import check_launch_args
 from eagle3_raw.limits import REFERENCE_STARTUP_TIMEOUT, check_numbers
 from eagle3_raw.recipe import values
+from eagle3_raw.recipe.engines import check_for_engine
 from eagle3_raw.recipe.fields import choice, custom, flag, integer, mapping, seconds, section, strings, text
 from eagle3_raw.recipe.fingerprint import REFERENCE_TOKENIZER, fingerprint, recipe_to_dict, tokenizer_path
 from eagle3_raw.recipe.localfiles import check_local_files
@@ -36,6 +37,10 @@ Merge = Literal["auto", "never"]
 Render = Literal["auto", "server", "local"]
 OnTruncation = Literal["keep", "drop"]
 Launch = Literal["reference", "sglang"]
+Engine = Literal["sglang", "vllm"]
+
+LAUNCH_ENGINES: Mapping[str, str] = {"reference": "sglang", "sglang": "sglang", "vllm": "vllm"}
+"""The engine each ``server.launch`` starts (the reference server speaks SGLang's API)."""
 
 _REVISION = "a branch, tag or commit"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -162,6 +167,14 @@ class ServerConfig:
     """Transport: where requests go and how patiently. Never part of the fingerprint."""
 
     endpoints: tuple[str, ...] = field(default=(), metadata=custom(values.endpoints))
+    engine: Engine | None = field(
+        default=None,
+        metadata=choice(
+            (*get_args(Engine), None),
+            help="The servers' engine: sglang or vllm (None: asked from each server, /v1/models; "
+            "server.launch decides it for a launched server).",
+        ),
+    )
     launch: Launch | None = field(
         default=None, metadata=choice((*get_args(Launch), None), check=values.check_one_server)
     )
@@ -186,6 +199,11 @@ class ServerConfig:
             "machine can take long to start Python); launch: sglang has server.sglang.startup_timeout.",
         ),
     )
+
+    @property
+    def engine_name(self) -> str | None:
+        """The engine the servers are, when the recipe says (``engine``, or what ``launch`` starts)."""
+        return self.engine or LAUNCH_ENGINES.get(self.launch or "")
 
 
 @dataclass(frozen=True)
@@ -518,6 +536,18 @@ class Recipe:
         check_launch_args(self.server.launch_args)
         check_local_files(self)
         self._check_remote_code()
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        """RecipeError for an engine the launched server is not, and for what the named engine
+        cannot do (:func:`~eagle3_raw.recipe.engines.check_for_engine`)."""
+        server = self.server
+        launched = LAUNCH_ENGINES.get(server.launch or "")
+        if server.engine is not None and launched is not None and server.engine != launched:
+            problem = f"server.launch: {server.launch} starts {launched}: leave server.engine out"
+            raise RecipeError("server.engine", server.engine, problem)
+        if server.engine_name is not None:
+            check_for_engine(self, server.engine_name)
 
     def _check_remote_code(self) -> None:
         """Code a tokenizer brings from the Hub runs only pinned to a commit (a local folder's code

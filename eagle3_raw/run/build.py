@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3_raw.credentials import server_api_key
+from eagle3_raw.engines import engine_named
 from eagle3_raw.errors import (
     FatalError,
     Interrupted,
@@ -66,8 +67,9 @@ from eagle3_raw.run.target import (
     with_rollout_parsers,
 )
 from eagle3_raw.run.template_limits import interruptible
-from eagle3_raw.sglang import client as sglang
+from eagle3_raw.serving import ServerIdentity
 from eagle3_raw.source.prompts import count_source_rows, is_hub_source, iter_conversations, resolve_hub_commit
+from eagle3_raw.transport import new_session
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -241,7 +243,7 @@ class _Build:
             for warning in self.recipe.sampling.warnings():
                 log.warning("%s", warning)
             try:
-                renderer = await asyncio.to_thread(Renderer, self.recipe)
+                renderer = await asyncio.to_thread(Renderer, self.recipe, self.target.engine)
                 journal = await asyncio.to_thread(self._open_journal)
             except BaseException:
                 self.stop.set()
@@ -274,9 +276,7 @@ class _Build:
 
     async def _generate(self, journal: Journal, renderer: Renderer, urls: Sequence[str]) -> None:
         server = self.recipe.server
-        async with sglang.new_session(
-            connect_timeout=server.connect_timeout, api_key=api_key(self.recipe)
-        ) as s:
+        async with new_session(connect_timeout=server.connect_timeout, api_key=api_key(self.recipe)) as s:
             checks = ServerChecks(self.recipe, renderer, s, self.target)
             pool = await self._connect(checks, urls, journal, renderer)
             hub_revision = await asyncio.to_thread(self._hub_revision, journal)
@@ -285,6 +285,7 @@ class _Build:
                 self.recipe, s if pool else None, pool, journal, self.stats,
                 vocab_size=renderer.vocab_size, stop=self.stop, planner=planner, renderer=renderer,
                 disk_wait=self.options.disk_wait, early_stop=self.options.early_stop,
+                engine=engine_named(self.target.engine),
             )  # fmt: skip
             try:
                 await self._dispatch(planner, dispatcher, pool, hub_revision, journal)
@@ -496,7 +497,7 @@ async def _cancel(tasks: Sequence[asyncio.Task[Any]], stop: threading.Event) -> 
 
 
 def _make_pool(
-    recipe: Recipe, identities: Sequence[sglang.ServerIdentity], down: Sequence[str], checks: ServerChecks,
+    recipe: Recipe, identities: Sequence[ServerIdentity], down: Sequence[str], checks: ServerChecks,
     urls: Sequence[str],
 ) -> EndpointPool:  # fmt: skip
     by_url = {identity.url: identity for identity in identities}
@@ -530,8 +531,9 @@ def _within_descriptors(limits: list[int]) -> list[int]:
     return scaled
 
 
-def _default_in_flight(identities: Sequence[sglang.ServerIdentity]) -> int:
-    """Enough to keep SGLang's batch full: its ``max_running_requests`` plus headroom."""
+def _default_in_flight(identities: Sequence[ServerIdentity]) -> int:
+    """Enough to keep the server's batch full: what it runs at once (SGLang's
+    ``max_running_requests``, vLLM's ``max_num_seqs``) plus headroom."""
     running = [i.max_running_requests for i in identities if i.max_running_requests]
     return min(int(max(running) * 1.25) + 8, MAX_DEFAULT_IN_FLIGHT) if running else DEFAULT_IN_FLIGHT
 
@@ -555,7 +557,7 @@ def fresh_manifest(recipe: Recipe, target: Target) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def server_facts(identity: sglang.ServerIdentity, renderer: Renderer) -> dict[str, Any]:
+def server_facts(identity: ServerIdentity, renderer: Renderer) -> dict[str, Any]:
     """What the manifest and the card keep about the server and the tokenizer."""
     tokenizer = renderer.identity()
     return {

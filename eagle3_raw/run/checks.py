@@ -15,7 +15,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.engines import engine_named
 from eagle3_raw.errors import (
+    EndpointNotFound,
     PromptFormatError,
     RequestRejected,
     RetryableError,
@@ -26,7 +28,7 @@ from eagle3_raw.errors import (
 from eagle3_raw.run.render import generation_points
 from eagle3_raw.run.retry import backoff
 from eagle3_raw.run.target import cannot_render, target_of
-from eagle3_raw.sglang import client as sglang
+from eagle3_raw.serving import ServerIdentity
 from eagle3_raw.sglang.sampling import MANAGED_SAMPLING_KEYS
 from eagle3_raw.source.prompts import Conversation as Conv
 from eagle3_raw.source.prompts import iter_conversations
@@ -57,17 +59,18 @@ class ServerChecks:
         self.renderer = renderer
         self.session = session
         self.target = target
+        self.engine = engine_named(target.engine)
         self._probe: tuple[str, list[int]] | None = None
 
-    async def connect(self, urls: Sequence[str]) -> tuple[list[sglang.ServerIdentity], list[str]]:
+    async def connect(self, urls: Sequence[str]) -> tuple[list[ServerIdentity], list[str]]:
         """The identities of the endpoints that answer, each checked, and the URLs that do not.
 
         ServerUnreachable when none answers; ServerMismatch when one is not the target."""
         timeout = self.recipe.server.connect_timeout
         results = await asyncio.gather(
-            *(sglang.server_identity(self.session, url, timeout) for url in urls), return_exceptions=True
+            *(self.engine.server_identity(self.session, url, timeout) for url in urls), return_exceptions=True
         )
-        identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
+        identities = [r for r in results if isinstance(r, ServerIdentity)]
         errors = [(u, r) for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)]
         for _url, error in errors:
             if not isinstance(error, ServerUnreachable):
@@ -80,7 +83,7 @@ class ServerChecks:
             self.check_identity(identity)
         return identities, [url for url, _ in errors]
 
-    def check_identity(self, identity: sglang.ServerIdentity) -> None:
+    def check_identity(self, identity: ServerIdentity) -> None:
         """ServerMismatch unless ``identity`` serves the target within its limits, and its preferred
         sampling params change nothing the recipe sends."""
         served = target_of([identity])
@@ -92,7 +95,7 @@ class ServerChecks:
         if dict(served.model) != dict(self.target.model):
             raise ServerMismatch(
                 f"{identity.url} serves {served.describe()}, but this set's rows come from "
-                f"{self.target.describe()}; a server of another model, weights or SGLang version "
+                f"{self.target.describe()}; a server of another model, weights, engine or version "
                 "makes another set: point the build at the right server (its rows are kept apart by "
                 "the set's config id, so nothing mixes)"
             )
@@ -113,11 +116,11 @@ class ServerChecks:
                 )
         check_preferred_sampling(identity, self.recipe.sampling.request_params())
 
-    async def check_tokenizers(self, identities: Sequence[sglang.ServerIdentity]) -> None:
+    async def check_tokenizers(self, identities: Sequence[ServerIdentity]) -> None:
         for identity in identities:
             await self.check_tokenizer(identity)
 
-    async def check_tokenizer(self, identity: sglang.ServerIdentity) -> None:
+    async def check_tokenizer(self, identity: ServerIdentity) -> None:
         """ServerMismatch unless the server's ``/tokenize`` agrees with our tokenizer on a probe text,
         or the check cannot be made at all (``--skip-tokenizer-init``, no ``/tokenize``)."""
         url = identity.url
@@ -145,8 +148,8 @@ class ServerChecks:
         timeout, attempts = self.recipe.server.connect_timeout, 0
         while True:
             try:
-                return await sglang.tokenize(self.session, url, text, timeout)
-            except sglang.EndpointNotFound:
+                return await self.engine.tokenize(self.session, url, text, timeout)
+            except EndpointNotFound:
                 log.warning("%s has no /tokenize: its tokenizer cannot be compared with %r; make sure "
                             "they are the same", url, self.recipe.model.tokenizer)  # fmt: skip
                 return None
@@ -163,7 +166,7 @@ class ServerChecks:
         prompt of ``conversations`` renders here exactly as the server's chat path renders it.
 
         Nothing to compare (a warning) when the server cannot render chat requests."""
-        identity = await sglang.server_identity(self.session, url, self.recipe.server.connect_timeout)
+        identity = await self.engine.server_identity(self.session, url, self.recipe.server.connect_timeout)
         why = await cannot_render(self.session, identity, self.recipe.server.connect_timeout)
         if why:
             log.warning("prompts render here and cannot be checked against %s (%s)", url, why)
@@ -180,7 +183,7 @@ class ServerChecks:
             ours = f"refused ({exc})"
         body = self.renderer.chat_request(conv, turn)
         try:
-            theirs: list[int] | str = await sglang.tokenize_chat(
+            theirs: list[int] | str = await self.engine.tokenize_chat(
                 self.session, url, body, self.recipe.server.request_timeout
             )
         except RequestRejected as exc:
@@ -194,10 +197,10 @@ class ServerChecks:
         """Whether an endpoint that was out may take requests: it answers ``/health`` and is the
         run's target (model, weights, SGLang version, limits, tokenizer), checked every time."""
         timeout = self.recipe.server.connect_timeout
-        if not await sglang.health(self.session, url, timeout):
+        if not await self.engine.health(self.session, url, timeout):
             return False
         try:
-            identity = await sglang.server_identity(self.session, url, timeout)
+            identity = await self.engine.server_identity(self.session, url, timeout)
             self.check_identity(identity)
             await self.check_tokenizer(identity)
         except (ServerUnreachable, ServerMismatch, RetryableError, RowError) as exc:
@@ -206,7 +209,7 @@ class ServerChecks:
         return True
 
 
-def check_preferred_sampling(identity: sglang.ServerIdentity, sent: Mapping[str, Any]) -> None:
+def check_preferred_sampling(identity: ServerIdentity, sent: Mapping[str, Any]) -> None:
     """ServerMismatch if the server's ``--preferred-sampling-params`` would fill in keys our requests
     leave out: the rows would change without the recipe (or its fingerprint) changing."""
     preferred = identity.preferred_sampling_params

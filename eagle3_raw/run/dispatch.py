@@ -49,7 +49,7 @@ from eagle3_raw.run.earlystop import EarlyStop
 from eagle3_raw.run.plan import Job, Pending, Planned, Reuse, Rollout, Skip
 from eagle3_raw.run.retry import Stopping, retried
 from eagle3_raw.run.rollout import RolloutRunner
-from eagle3_raw.sglang import client as sglang
+from eagle3_raw.serving import Engine, Generation
 
 if TYPE_CHECKING:
     import aiohttp
@@ -80,9 +80,10 @@ class Dispatcher:
         self, recipe: Recipe, session: aiohttp.ClientSession | None, pool: EndpointPool | None,
         journal: Journal, stats: RunStats, *, vocab_size: int, stop: threading.Event,
         planner: Planner | None = None, renderer: Renderer | None = None, disk_wait: float = 600.0,
-        early_stop: int = 0,
+        early_stop: int = 0, engine: Engine,
     ) -> None:  # fmt: skip
         self.recipe = recipe
+        self.engine = engine
         # a journal that holds rows of the set already: the recipe makes rows, nothing to watch
         self.early = EarlyStop(0 if stats.replayed else early_stop)
         self.disk_wait = disk_wait
@@ -159,7 +160,7 @@ class Dispatcher:
 
         async def render(session: aiohttp.ClientSession, url: str) -> list[int]:
             async with self._renders:
-                return await sglang.tokenize_chat(session, url, body, timeout)
+                return await self.engine.tokenize_chat(session, url, body, timeout)
 
         return await self.ask(index, render)
 
@@ -251,7 +252,7 @@ class Dispatcher:
 
     async def generate(
         self, job: Job, *, priority: int = 0, drain_priority: int | None = None
-    ) -> tuple[sglang.Generation, int] | Skip | None:
+    ) -> tuple[Generation, int] | Skip | None:
         """``job``'s generation and the attempts it took; else the failure recorded for it (a
         :class:`Skip`), or None when the run is stopping (nothing recorded). The priorities: its
         place in line for a slot (:meth:`~eagle3_raw.run.endpoints.EndpointPool.acquire`)."""
@@ -281,14 +282,14 @@ class Dispatcher:
 
     async def _attempts(
         self, job: Job, priority: tuple[int, int | None]
-    ) -> tuple[sglang.Generation, int] | Skip | None:
+    ) -> tuple[Generation, int] | Skip | None:
         def counted(_: int) -> None:
             self.stats.retries += 1
 
         def logged(number: int, exc: RetryableError) -> None:
             log.debug("%s attempt %d: %s", job.row_id, number, exc)
 
-        async def attempt(number: int) -> tuple[sglang.Generation, int]:
+        async def attempt(number: int) -> tuple[Generation, int]:
             return await self._attempt(job, number, priority), number + 1
 
         try:
@@ -304,7 +305,7 @@ class Dispatcher:
             self.record_skip(skip)
             return skip
 
-    async def _attempt(self, job: Job, attempt: int, priority: tuple[int, int | None]) -> sglang.Generation:
+    async def _attempt(self, job: Job, attempt: int, priority: tuple[int, int | None]) -> Generation:
         assert self.pool is not None and self.session is not None
         endpoint = await self.pool.acquire(
             self.affinity.get(job.key.index), priority=priority[0], drain_priority=priority[1]
@@ -314,7 +315,7 @@ class Dispatcher:
         rid = f"{job.row_id}#{attempt}-{self._rid_prefix}{next(self._rid_counter):x}"
         self.in_flight[rid] = endpoint.url
         try:
-            generation = await sglang.generate(
+            generation = await self.engine.generate(
                 self.session, endpoint.url, rid=rid, input_ids=job.prompt_ids,
                 sampling_params=job.sampling_params, vocab_size=self.vocab_size,
                 timeout=self.recipe.server.request_timeout, eos_ids=self.eos_ids,
@@ -324,7 +325,7 @@ class Dispatcher:
             await self.pool.release(endpoint, ok=False, endpoint_fault=fault)
             self._forget_endpoint(job.key.index, endpoint)
             if isinstance(exc, RequestTimeout):
-                self._background(sglang.abort(self.session, endpoint.url, rid))
+                self._background(self.engine.abort(self.session, endpoint.url, rid))
             raise
         finally:
             self.in_flight.pop(rid, None)
@@ -333,7 +334,7 @@ class Dispatcher:
         return dataclasses.replace(generation, meta={**generation.meta, "endpoint": endpoint.name})
 
     def journal_row(
-        self, job: Job, generation: sglang.Generation, attempts: int, extra: Mapping[str, Any] | None = None
+        self, job: Job, generation: Generation, attempts: int, extra: Mapping[str, Any] | None = None
     ) -> None:
         """Journal ``job``'s new generation and its row (``extra``: more row facts). A rollout's
         generations keep the server's text: the next turn's history is made of it."""
@@ -376,7 +377,7 @@ class Dispatcher:
         requests' connections are still open: SGLang drops an abort for a rid it no longer has."""
         if pending and self.session is not None:
             log.warning("aborting %d in-flight requests on the server(s)", len(pending))
-            await asyncio.gather(*(sglang.abort(self.session, url, rid) for rid, url in pending))
+            await asyncio.gather(*(self.engine.abort(self.session, url, rid) for rid, url in pending))
             await asyncio.sleep(0.2)  # let the aborted responses arrive before the workers go
 
     async def settle(self) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from eagle3_raw.credentials import server_api_key
+from eagle3_raw.engines import engine_named, identify
 from eagle3_raw.errors import Eagle3RawError, PromptFormatError, RecipeError, RequestRejected, SourceError
 from eagle3_raw.journal import journal_root
 from eagle3_raw.journal.roots import check_root
@@ -46,9 +47,10 @@ from eagle3_raw.run.target import (
     target_of,
     with_rollout_parsers,
 )
-from eagle3_raw.sglang import client as sglang
+from eagle3_raw.serving import Engine, ServerIdentity
 from eagle3_raw.sglang.chatrequest import ChatRequestError, reasoning_effort_value
 from eagle3_raw.source.prompts import Conversation, iter_conversations
+from eagle3_raw.transport import new_session
 
 if TYPE_CHECKING:
     import aiohttp
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
     from eagle3_raw.identity import Target
     from eagle3_raw.recipe import Recipe
     from eagle3_raw.run.render import Renderer
-    from eagle3_raw.sglang.client import ServerIdentity
     from eagle3_raw.source.prompts import Conversation
 
 FIRST_ROWS = 8
@@ -163,7 +164,7 @@ class Validation:
 
     def template(self) -> str:
         """The tokenizer and chat template load and take the template keywords (RecipeError)."""
-        self.renderer = Renderer(self.recipe)
+        self.renderer = Renderer(self.recipe, self.recipe.server.engine_name or "sglang")
         kwargs = dict(self.recipe.model.chat_template_kwargs)
         taken = f"; chat_template_kwargs {kwargs}" if kwargs else ""
         return f"model.tokenizer {self.recipe.model.tokenizer}: {self.renderer.vocab_size:,} ids{taken}"
@@ -219,8 +220,8 @@ class Validation:
 
     async def _server_checks(self, urls: Sequence[str]) -> list[Check]:
         server = self.recipe.server
-        async with sglang.new_session(connect_timeout=server.connect_timeout, api_key=_key(self.recipe)) as s:
-            checks, identities = await _identities(s, urls, server.connect_timeout)
+        async with new_session(connect_timeout=server.connect_timeout, api_key=_key(self.recipe)) as s:
+            checks, identities = await _identities(s, urls, server.connect_timeout, server.engine_name)
             if not identities:
                 return checks
             try:
@@ -231,8 +232,9 @@ class Validation:
             url, ids = identities[0].url, list[int]()
             checks.append(await _made_async("tokenizer", self._tokenizers(s, target, identities)))
             checks.append(await _made_async("render", self._render(s, target, url, ids)))
+            engine = engine_named(target.engine)
             for component in [None, *range(len(self.recipe.sampling.mixture))]:
-                checks.append(await _made_async("sampling", self._sampling(s, url, ids, component)))
+                checks.append(await _made_async("sampling", self._sampling(s, engine, url, ids, component)))
             if self._needs_tool_parser() and not self._parser_known_here():
                 checks.append(_made("parsers", lambda: self._parsers(target)))
         return checks
@@ -263,7 +265,8 @@ class Validation:
             return f"row {conv.source_id!r} turn {turn} renders here (model.render local): {len(ids):,} ids"
         body = self.renderer.chat_request(conv, turn)
         try:
-            ids += await sglang.tokenize_chat(session, url, body, self.recipe.server.request_timeout)
+            engine = engine_named(target.engine)
+            ids += await engine.tokenize_chat(session, url, body, self.recipe.server.request_timeout)
         except RequestRejected as exc:
             key = _named_field(str(exc), {k: k for k in ("reasoning_effort", "chat_template_kwargs")})
             problem = f"the server's chat path refuses row {conv.source_id!r} turn {turn}: {exc}"
@@ -271,7 +274,7 @@ class Validation:
         return f"row {conv.source_id!r} turn {turn} renders through the server's chat path: {len(ids):,} ids"
 
     async def _sampling(
-        self, session: aiohttp.ClientSession, url: str, ids: list[int], component: int | None
+        self, session: aiohttp.ClientSession, engine: Engine, url: str, ids: list[int], component: int | None
     ) -> str:
         """One ``/generate`` of ``ids`` with the recipe's sampling params (``component``'s over
         them) and ``max_new_tokens`` 1; RecipeError naming the key the server refuses."""
@@ -283,7 +286,7 @@ class Validation:
         params = fit_max_new_tokens({**params, "sampling_seed": sampling.seed}, len(ids), len(ids) + 1)
         where = "sampling" if component is None else f"sampling.mixture[{component}]"
         try:
-            await sglang.generate(
+            await engine.generate(
                 session, url, rid=f"eagle3-raw-validate-{uuid.uuid4().hex}", input_ids=ids,
                 sampling_params=params, vocab_size=self.renderer.vocab_size,
                 timeout=self.recipe.server.request_timeout,
@@ -339,16 +342,19 @@ async def _made_async(name: str, check: Awaitable[str]) -> Check:
 
 
 async def _identities(
-    session: aiohttp.ClientSession, urls: Sequence[str], timeout: float
+    session: aiohttp.ClientSession, urls: Sequence[str], timeout: float, engine: str | None
 ) -> tuple[list[Check], list[ServerIdentity]]:
-    """One check per endpoint (it answers as an SGLang server), and the identities of those that do."""
-    results = await asyncio.gather(*(sglang.server_identity(session, u, timeout) for u in urls),
+    """One check per endpoint (it answers as an ``engine`` server, None: either), and the
+    identities of those that do."""
+    results = await asyncio.gather(*(identify(session, u, timeout, engine) for u in urls),
                                    return_exceptions=True)  # fmt: skip
     checks, identities = [], []
     for url, result in zip(urls, results, strict=True):
-        if isinstance(result, sglang.ServerIdentity):
+        if isinstance(result, ServerIdentity):
             identities.append(result)
-            checks.append(Check("endpoint", "ok", f"{public_url(url)} serves {result.model_path}"))
+            checks.append(
+                Check("endpoint", "ok", f"{public_url(url)} ({result.label}) serves {result.model_path}")
+            )
         elif isinstance(result, Eagle3RawError):
             checks.append(Check("endpoint", "FAIL", f"{public_url(url)}: {result}"))
         elif isinstance(result, BaseException):

@@ -44,6 +44,7 @@ from eagle3_raw.sglang.chatpath import (
     resolve_template,
 )
 from eagle3_raw.source.prompts import Conversation
+from eagle3_raw.vllm import chatpath as vllm_chatpath
 
 if TYPE_CHECKING:
     import jinja2
@@ -63,7 +64,8 @@ class PromptTurn:
 
 
 class Renderer:
-    """Renders conversations as SGLang's chat path does, with the recipe's tokenizer and template.
+    """Renders conversations as the engine's chat path does (SGLang's, or vLLM's with ``engine``
+    ``vllm``), with the recipe's tokenizer and template.
 
     Loading raises :class:`RecipeError` (on ``model.tokenizer``, ``model.chat_template``,
     ``model.chat_template_kwargs`` or ``model.render_date``) when the tokenizer cannot be loaded, the
@@ -73,7 +75,8 @@ class Renderer:
     prints today's date and no ``render_date`` pins it.
     """
 
-    def __init__(self, recipe: Recipe) -> None:
+    def __init__(self, recipe: Recipe, engine: str = "sglang") -> None:
+        self._engine = engine
         self._model = recipe.model
         self._turns = recipe.turns
         self._local = tokenizer_path(recipe)
@@ -171,16 +174,19 @@ class Renderer:
         history: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:  # fmt: skip
         """The prompt ids of generation point ``turn`` (see :meth:`chat_request`), as the server's
-        chat path would make them."""
+        chat path would make them (SGLang's, or vLLM's for a vLLM target)."""
         body = self.chat_request(conv, turn, choice=choice, history=history)
-        options = {
-            "chat_template_kwargs": body.get("chat_template_kwargs"),
-            "reasoning_effort": body.get("reasoning_effort"),
-        }
+        kwargs = body.get("chat_template_kwargs")
         try:
+            if self._engine == "vllm":
+                return vllm_chatpath.render_prompt_ids(
+                    self._tokenizer, body["messages"], body.get("tools"), chat_template=self._template,
+                    chat_template_kwargs=kwargs,
+                )  # fmt: skip
             return render_prompt_ids(
-                self._tokenizer, body["messages"], body.get("tools"), chat_template=self._template, **options
-            )
+                self._tokenizer, body["messages"], body.get("tools"), chat_template=self._template,
+                chat_template_kwargs=kwargs, reasoning_effort=body.get("reasoning_effort"),
+            )  # fmt: skip
         except ChatRequestError as exc:
             message = f"row {conv.source_id!r} turn {turn}: the chat path refused it ({exc})"
             raise PromptFormatError(message, row_id=conv.source_id, index=conv.index) from exc

@@ -45,7 +45,7 @@ from eagle3_raw.rows import RowKey, row_id
 from eagle3_raw.run.mixture import recorded
 from eagle3_raw.run.plan import Job, Reuse, Skip
 from eagle3_raw.run.retry import Stopping
-from eagle3_raw.sglang import client as sglang
+from eagle3_raw.serving import ToolCall, TurnToSplit
 
 if TYPE_CHECKING:
     from eagle3_raw.run.dispatch import Dispatcher
@@ -85,17 +85,19 @@ class Turn:
 
 @dataclass(frozen=True)
 class Message:
-    """What the server's parsers make of a turn's text: the assistant message a chat client gets."""
+    """What the server's parsers make of a turn's text: the assistant message a chat client gets
+    (``reasoning_field``: the key its chat API gives the reasoning, and takes it back under)."""
 
     content: str
     reasoning: str
-    calls: tuple[sglang.ToolCall, ...]
+    calls: tuple[ToolCall, ...]
+    reasoning_field: str = "reasoning_content"
 
     def to_history(self, ids: Sequence[str]) -> dict[str, Any]:
         """The message as a client sends it back (``ids``: the calls' ids, in order)."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.reasoning:
-            message["reasoning_content"] = self.reasoning
+            message[self.reasoning_field] = self.reasoning
         if self.calls:
             message["tool_calls"] = [
                 {"id": i, "type": "function", "function": {"name": c.name, "arguments": c.parameters}}
@@ -226,7 +228,7 @@ class RolloutRunner:
                 return
             if turn.finish_reason == "length":
                 return self._stop(item, n + 1, "length: the turn was cut at max_new_tokens")
-            message = await self._message(item, n + 1, turn)
+            message = await self._message(item, n + 1, turn, messages)
             if message is None:
                 return self._stop(item, n + 2, None)
             reason = history.add(n, message)
@@ -318,42 +320,29 @@ class RolloutRunner:
             return Skip.from_error(key, PromptTooLong(too_long, row_id=shown))
         return prompt_ids
 
-    async def _message(self, item: Rollout, n: int, turn: Turn) -> Message | None:
-        """``turn``'s text as the server's parsers split it (no parser: all of it is content); None
-        when a parser call failed on every attempt (then recorded as the failure of turn ``n``)."""
+    async def _message(
+        self, item: Rollout, n: int, turn: Turn, messages: list[dict[str, Any]]
+    ) -> Message | None:
+        """``turn`` (answering ``messages``) as the server's parsers split it (no parser: all of it
+        is content); None when that failed on every attempt (then recorded as the failure of turn
+        ``n``)."""
+        assert self.d.renderer is not None
+        request = self.d.renderer.chat_request(
+            item.conv, item.points[n - 1], choice=item.choice, history=messages
+        )
+        split = TurnToSplit(turn.output_ids, turn.text, turn.skip_special, turn.finish_reason, request)
+        timeout, engine = self.d.recipe.server.request_timeout, self.d.engine
         try:
-            text = turn.text if turn.text is not None else await self._decoded(item.conv, turn)
-            return await self._parsed(item.conv, text)
+            parsed = await self.d.ask(
+                item.conv.index, lambda s, url: engine.split_turn(s, url, split, self.parsers, timeout)
+            )
         except RetriesExhausted as exc:
             key = RowKey(item.conv.index, item.points[n], item.sample)
             shown = row_id(item.conv.source_id, key.turn, key.sample)
             error = RetriesExhausted(f"parsing the previous turn's text failed: {exc}", row_id=shown)
             self._skipped(item, Skip.from_error(key, error))
             return None
-
-    async def _decoded(self, conv: Conversation, turn: Turn) -> str:
-        """The server's text of a generation journaled without it (by a set that is no rollout)."""
-        timeout = self.d.recipe.server.request_timeout
-        ids, skip = turn.output_ids, turn.skip_special
-        return await self.d.ask(conv.index, lambda s, url: sglang.detokenize(s, url, ids, skip, timeout))
-
-    async def _parsed(self, conv: Conversation, text: str) -> Message:
-        reasoning_parser = self.parsers.get("reasoning_parser")
-        tool_parser = self.parsers.get("tool_call_parser")
-        timeout = self.d.recipe.server.request_timeout
-        reasoning = ""
-        if reasoning_parser:
-            reasoning, text = await self.d.ask(
-                conv.index, lambda s, url: sglang.separate_reasoning(s, url, text, reasoning_parser, timeout)
-            )
-        calls: list[sglang.ToolCall] = []
-        if tool_parser and conv.tools:
-            tools = conv.tools
-            text, calls = await self.d.ask(
-                conv.index,
-                lambda s, url: sglang.parse_function_call(s, url, text, tools, tool_parser, timeout),
-            )
-        return Message(text, reasoning, tuple(calls))
+        return Message(parsed.content, parsed.reasoning, parsed.calls, engine.reasoning_field)
 
     def _stop(self, item: Rollout, n: int, reason: str | None) -> None:
         """The rollout stops before turn ``n``: each later turn without an outcome is recorded

@@ -28,9 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3_raw.engines import engine_named, identify
 from eagle3_raw.errors import (
     ConnectError,
     Eagle3RawError,
+    EndpointNotFound,
     RecipeError,
     RequestTimeout,
     ServerMismatch,
@@ -39,17 +41,19 @@ from eagle3_raw.errors import (
 from eagle3_raw.identity import Target
 from eagle3_raw.journal.manifest import read_manifest
 from eagle3_raw.journal.roots import check_root
+from eagle3_raw.recipe.engines import check_for_engine
 from eagle3_raw.redact import public_url
 from eagle3_raw.reference.identity import reported_identity
 from eagle3_raw.run.render import check_date, prints_date, template_source
 from eagle3_raw.run.retry import backoff
 from eagle3_raw.run.shards import whole_count
-from eagle3_raw.sglang import client as sglang
+from eagle3_raw.serving import ServerIdentity
 from eagle3_raw.sglang.client import RENDERER_KEYS, identity_from
+from eagle3_raw.sglang.model import TARGET_KEYS
+from eagle3_raw.transport import new_session
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import Recipe
-    from eagle3_raw.sglang.client import ServerIdentity
 
 log = logging.getLogger("eagle3_raw")
 
@@ -62,15 +66,16 @@ def target_of(identities: Sequence[ServerIdentity], origin: str = "server") -> T
     budgets = [i.token_budget for i in identities if i.token_budget is not None]
     inputs = [i.input_limit for i in identities if i.input_limit is not None]
     renderer = {key: first.server_info.get(key) for key in RENDERER_KEYS}
+    model = {key: first.comparable()[key] for key in TARGET_KEYS}
     return Target(
-        first.comparable(), min(budgets, default=None), min(inputs, default=None), "server", renderer, origin,
-        drafter=first.drafter,
+        model, min(budgets, default=None), min(inputs, default=None), "server", renderer, origin,
+        drafter=first.drafter, engine=first.engine,
     )  # fmt: skip
 
 
 def check_same_model(identities: Sequence[ServerIdentity]) -> None:
-    """ServerMismatch unless every endpoint serves the same model (name, path, weights, SGLang
-    version) with the same drafter (or none): a set's acceptance figures are one drafter's."""
+    """ServerMismatch unless every endpoint serves the same model (name, path, weights, engine and
+    its version) with the same drafter (or none): a set's acceptance figures are one drafter's."""
     first = identities[0]
     for other in identities[1:]:
         if other.comparable() != first.comparable():
@@ -115,12 +120,14 @@ async def ask_identities(
     """The identities of the servers at ``urls`` that answer, the ServerUnreachable errors of those
     that do not (any other error is raised), and why the first cannot render chat requests ("" when
     it can)."""
-    timeout = recipe.server.connect_timeout
-    async with sglang.new_session(connect_timeout=timeout, api_key=api_key) as session:
+    timeout, engine = recipe.server.connect_timeout, recipe.server.engine_name
+    async with new_session(connect_timeout=timeout, api_key=api_key) as session:
         results = await asyncio.gather(
-            *(sglang.server_identity(session, url, timeout) for url in urls), return_exceptions=True
+            *(identify(session, url, timeout, engine) for url in urls), return_exceptions=True
         )
-        identities = [r for r in results if isinstance(r, sglang.ServerIdentity)]
+        identities = [r for r in results if isinstance(r, ServerIdentity)]
+        if identities:
+            check_for_engine(recipe, identities[0].engine)  # an engine the recipe did not name
         cannot = await cannot_render(session, identities[0], timeout) if identities else ""
     errors = [r for r in results if isinstance(r, BaseException)]
     for error in errors:
@@ -147,9 +154,9 @@ async def cannot_render(session: Any, identity: ServerIdentity, timeout: float) 
         if attempt:
             await asyncio.sleep(backoff(attempt))
         try:
-            await sglang.tokenize_chat(session, identity.url, PROBE_CHAT, timeout)
+            await engine_named(identity.engine).tokenize_chat(session, identity.url, PROBE_CHAT, timeout)
             return ""
-        except sglang.EndpointNotFound:
+        except EndpointNotFound:
             return "it has no /tokenize (a router that does not forward it?)"
         except (RequestTimeout, ConnectError) as exc:
             last = exc

@@ -4,7 +4,7 @@
   the contract a server's answers are checked against;
 - :mod:`~eagle3_raw.sglang.client`: the client of the native ``/generate``, ``/tokenize`` and the
   identity routes; :mod:`~eagle3_raw.sglang.responses` the checks a response passes;
-  :mod:`~eagle3_raw.sglang.status` what each HTTP status means for a run;
+  :mod:`~eagle3_raw.sglang.engine` all of it as the run's :class:`~eagle3_raw.serving.Engine`;
 - :mod:`~eagle3_raw.sglang.chatpath`, :mod:`~eagle3_raw.sglang.chatrequest`,
   :mod:`~eagle3_raw.sglang.chatschema`: its chat path as a library (messages to prompt ids);
 - :mod:`~eagle3_raw.sglang.parsers`: its reasoning and tool-call output parsers;

@@ -2,22 +2,18 @@
 
 Every response is checked before it can become a row (:mod:`eagle3_raw.sglang.responses`;
 ``shared/sglang-protocol.md`` §3, §5, §10, §14.4). Errors are raised as the classes of
-:mod:`eagle3_raw.errors`, chosen by HTTP status (:mod:`eagle3_raw.sglang.status`), so the caller
+:mod:`eagle3_raw.errors`, chosen by HTTP status (:mod:`eagle3_raw.statuses`), so the caller
 knows whether to retry, record, or stop.
 
-What a server sends is bounded: a body is read incrementally and refused once it passes its cap
-(:func:`eagle3_raw.limits.response_cap` for ``/generate``), so a server cannot make the client hold
-more than that per request. Redirects are never followed (a 3xx is an error naming its Location):
-the request, and the API key with it, would go to a server that was never checked. URLs in
-messages and in rows' ``meta.endpoint`` carry no credentials (:func:`~eagle3_raw.redact.public_url`).
+What a server sends is bounded and redirects are never followed (:mod:`eagle3_raw.transport`).
+URLs in messages and in rows' ``meta.endpoint`` carry no credentials
+(:func:`~eagle3_raw.redact.public_url`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 import aiohttp
@@ -26,18 +22,18 @@ import orjson
 from eagle3_raw import limits
 from eagle3_raw.errors import (
     AuthError,
-    ConnectError,
     EndpointNotFound,
     InvalidResponse,
     Redirected,
-    RequestTimeout,
     ServerMismatch,
     ServerUnreachable,
 )
 from eagle3_raw.redact import public_url, scrub
+from eagle3_raw.serving import Generation, ServerIdentity, ToolCall
 from eagle3_raw.sglang.model import DRAFTER_KEYS, DRAFTER_SETTING_KEYS
-from eagle3_raw.sglang.responses import Generation, check_response
-from eagle3_raw.sglang.status import error_message, http_error
+from eagle3_raw.sglang.responses import check_response
+from eagle3_raw.statuses import error_message
+from eagle3_raw.transport import decode_object, get_json, health, new_session, post, read_prefix
 
 __all__ = [
     "SERVER_INFO_KEYS", "AuthError", "EndpointNotFound", "Generation", "Redirected", "ServerIdentity",
@@ -58,97 +54,6 @@ SERVER_INFO_KEYS = (
 
 RENDERER_KEYS = ("tokenizer_path", "chat_template", "revision", "tokenizer_mode", "trust_remote_code")
 """``/server_info`` keys that decide how the server renders a chat request, beyond its model."""
-
-
-@dataclass(frozen=True)
-class ServerIdentity:
-    """What a server says about itself at the start of a run."""
-
-    url: str
-    model_path: str
-    served_model_name: str
-    weight_version: str
-    version: str
-    context_length: int | None
-    max_req_input_len: int | None
-    max_running_requests: int | None
-    model_info: Mapping[str, Any] = field(default_factory=dict)
-    server_info: Mapping[str, Any] = field(default_factory=dict)
-    reserved_tokens: int = 0
-    """Output slots reserved per request for EAGLE-style speculative decoding; SGLang counts them
-    with the prompt against the context length (``compute_num_reserved_tokens``)."""
-    preferred_sampling_params: Mapping[str, Any] = field(default_factory=dict)
-    """``--preferred-sampling-params``: SGLang applies them to every request that leaves them out."""
-
-    def comparable(self) -> dict[str, Any]:
-        """The facts that must not change between a run and its resume (or across endpoints)."""
-        return {
-            "model_path": self.model_path,
-            "served_model_name": self.served_model_name,
-            "weight_version": self.weight_version,
-            "version": self.version,
-        }
-
-    @property
-    def drafter(self) -> dict[str, Any]:
-        """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS` as
-        ``/server_info`` reports them, and for NGRAM the
-        :data:`~eagle3_raw.sglang.model.DRAFTER_SETTING_KEYS` it reports set); empty when it does
-        not speculate."""
-        info = self.server_info
-        if not info.get("speculative_algorithm"):
-            return {}
-        ngram = info.get("speculative_algorithm") == "NGRAM"
-        settings = {key: info[key] for key in DRAFTER_SETTING_KEYS if ngram and info.get(key) is not None}
-        return {**{key: info.get(key) for key in DRAFTER_KEYS}, **settings}
-
-    @property
-    def skips_tokenizer_init(self) -> bool:
-        """``--skip-tokenizer-init``: the server neither tokenizes nor renders (``/server_info``)."""
-        return self.server_info.get("skip_tokenizer_init") is True
-
-    @property
-    def reasoning_parser(self) -> str | None:
-        """``--reasoning-parser`` as ``/server_info`` reports it (None when unset)."""
-        return _name(self.server_info.get("reasoning_parser"))
-
-    @property
-    def tool_call_parser(self) -> str | None:
-        """``--tool-call-parser`` as ``/server_info`` reports it (None when unset)."""
-        return _name(self.server_info.get("tool_call_parser"))
-
-    @property
-    def tokenizer_path(self) -> str:
-        """The tokenizer ``/model_info`` says the server loaded ("" when it does not say)."""
-        return str(self.model_info.get("tokenizer_path") or "")
-
-    @property
-    def token_budget(self) -> int | None:
-        """Prompt plus ``max_new_tokens`` the server accepts: the context length less the reserved
-        slots (SGLang refuses more with a 400), if known."""
-        return None if self.context_length is None else self.context_length - self.reserved_tokens
-
-    @property
-    def input_limit(self) -> int | None:
-        """The longest prompt the server accepts (``max_req_input_len - 1``; §5, and below the
-        token budget), if known."""
-        budget = self.token_budget
-        if self.max_req_input_len is not None:
-            return self.max_req_input_len - 1 if budget is None else min(self.max_req_input_len, budget) - 1
-        return None if budget is None else budget - 7
-
-
-def new_session(*, connect_timeout: float, api_key: str | None, limit: int = 0) -> aiohttp.ClientSession:
-    """An HTTP session for one run. ``limit`` 0 means no connection cap (the pool bounds requests)."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, force_close=False),
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
-        headers=headers,
-        json_serialize=lambda obj: orjson.dumps(obj).decode(),
-    )
 
 
 # --- /generate -------------------------------------------------------------------------------
@@ -176,9 +81,9 @@ async def generate(
     max_new_tokens = sampling_params.get("max_new_tokens")
     cap = limits.response_cap(max_new_tokens, len(input_ids))
     where = f"{public_url(url)}/generate"
-    payload = await _post(session, f"{url}/generate", body, timeout, cap=cap, shown=where)
+    payload = await post(session, f"{url}/generate", body, timeout, cap=cap, shown=where)
     limit = max_new_tokens if isinstance(max_new_tokens, int) else None
-    result = _decode_object(payload, where)
+    result = decode_object(payload, where)
     stops = _stop_ids(sampling_params, eos_ids)
     shown_url = public_url(url)
     return check_response(result, input_ids, vocab_size, shown_url, limit, payload=payload, stop_ids=stops)
@@ -193,104 +98,7 @@ def _stop_ids(sampling_params: Mapping[str, Any], eos_ids: frozenset[int]) -> fr
     return eos_ids | {i for i in sent if isinstance(i, int) and not isinstance(i, bool)}
 
 
-async def _post(
-    session: aiohttp.ClientSession, url: str, body: bytes, timeout: float, *, cap: int, shown: str
-) -> bytes:
-    """POST ``body``; the 200 body (at most ``cap`` bytes), else the error raised for the status."""
-    try:
-        async with asyncio.timeout(timeout):
-            async with session.post(url, data=body, allow_redirects=False) as response:
-                return await _read_ok(response, cap, shown)
-    except TimeoutError as exc:
-        raise RequestTimeout(f"no response from {shown} within {timeout:g} s", url=shown) from exc
-    except aiohttp.ClientError as exc:  # refused, reset, malformed HTTP: all worth another try
-        raise ConnectError(f"connection to {shown} failed: {_reason(exc, timeout)}", url=shown) from exc
-
-
-async def _read_ok(response: aiohttp.ClientResponse, cap: int, shown: str) -> bytes:
-    """The body of a 200 answer, read within ``cap`` bytes; any other status raised as its error
-    (its body read only up to :data:`~eagle3_raw.limits.ERROR_BODY_BYTES`)."""
-    if response.status != HTTPStatus.OK:
-        payload = await _read_prefix(response, limits.ERROR_BODY_BYTES)
-        raise http_error(response.status, payload, shown, location=response.headers.get("Location"))
-    if response.content_length is not None:  # aiohttp reads exactly that many bytes, no more
-        if response.content_length > cap:
-            raise _too_large(shown, cap, f"announces {response.content_length:,}")
-        return await response.read()
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > cap:
-            raise _too_large(shown, cap, "sent more")
-    return bytes(body)
-
-
-async def _read_prefix(response: aiohttp.ClientResponse, size: int) -> bytes:
-    """The first ``size`` bytes of the body (all of it if shorter); the rest is left unread."""
-    body = bytearray()
-    while len(body) < size and (chunk := await response.content.read(size - len(body))):
-        body += chunk
-    return bytes(body)
-
-
-def _too_large(shown: str, cap: int, what: str) -> InvalidResponse:
-    return InvalidResponse(
-        f"the response of {shown} {what} than the {cap:,} bytes a reply to this request can need "
-        "(from max_new_tokens and the prompt); not read further",
-        url=shown,
-    )
-
-
-def _reason(exc: BaseException, timeout: float) -> str:
-    """What went wrong, never empty (``str(TimeoutError())`` and some aiohttp errors are ``""``).
-
-    A timeout with a message of its own (aiohttp's connect timeout) keeps it: ``timeout`` is not its limit.
-    """
-    if str(exc):
-        return str(exc)
-    return f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else type(exc).__name__
-
-
-def _decode_object(payload: bytes, url: str) -> Mapping[str, Any]:
-    try:
-        result = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidResponse(f"response from {url} is not JSON: {exc}", url=url) from exc
-    if not isinstance(result, dict):
-        raise InvalidResponse(f"response from {url} is not one JSON object", url=url)
-    return result
-
-
 # --- side endpoints --------------------------------------------------------------------------
-
-
-async def get_json(session: aiohttp.ClientSession, url: str, timeout: float) -> Any:
-    """GET a JSON document (at most :data:`~eagle3_raw.limits.SIDE_BODY_BYTES`); connection problems
-    raise ServerUnreachable, other statuses their :func:`~eagle3_raw.sglang.status.http_error`."""
-    shown = public_url(url)
-    try:
-        async with asyncio.timeout(timeout):
-            async with session.get(url, allow_redirects=False) as response:
-                payload = await _read_ok(response, limits.SIDE_BODY_BYTES, shown)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        raise ServerUnreachable(f"cannot reach {shown}: {_reason(exc, timeout)}") from exc
-    except InvalidResponse as exc:
-        raise ServerMismatch(str(exc)) from exc
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise ServerUnreachable(f"{shown} did not answer JSON: is it an SGLang server?") from exc
-
-
-async def health(session: aiohttp.ClientSession, url: str, timeout: float) -> bool:
-    """True when ``/health`` answers 200 (SGLang runs a one-token generation for it)."""
-    try:
-        async with asyncio.timeout(timeout):
-            async with session.get(f"{url}/health", allow_redirects=False) as response:
-                await _read_prefix(response, limits.ERROR_BODY_BYTES)
-                return response.status == HTTPStatus.OK
-    except (TimeoutError, aiohttp.ClientError):
-        return False
 
 
 async def server_identity(session: aiohttp.ClientSession, url: str, timeout: float) -> ServerIdentity:
@@ -318,7 +126,22 @@ def identity_from(
         server_info=scrub({k: server_info[k] for k in SERVER_INFO_KEYS if k in server_info}),
         reserved_tokens=_reserved_tokens(server_info),
         preferred_sampling_params=_preferred(model_info.get("preferred_sampling_params"), url),
+        drafter=_drafter(server_info),
     )
+
+
+def _drafter(server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The drafter a speculating server runs (:data:`~eagle3_raw.sglang.model.DRAFTER_KEYS` as
+    ``/server_info`` reports them, and for NGRAM the
+    :data:`~eagle3_raw.sglang.model.DRAFTER_SETTING_KEYS` it reports set); empty when it does not
+    speculate."""
+    if not server_info.get("speculative_algorithm"):
+        return {}
+    ngram = server_info.get("speculative_algorithm") == "NGRAM"
+    settings = {
+        key: server_info[key] for key in DRAFTER_SETTING_KEYS if ngram and server_info.get(key) is not None
+    }
+    return {**{key: server_info.get(key) for key in DRAFTER_KEYS}, **settings}
 
 
 async def _first_json(
@@ -417,13 +240,13 @@ def _int_or_none(value: Any) -> int | None:
 async def tokenize(session: aiohttp.ClientSession, url: str, text: str, timeout: float) -> list[int]:
     """The server's own tokenization of ``text`` (``/tokenize``, no special tokens added).
 
-    :class:`~eagle3_raw.sglang.status.EndpointNotFound` when the server has no ``/tokenize``.
+    :class:`~eagle3_raw.statuses.EndpointNotFound` when the server has no ``/tokenize``.
     """
     body = orjson.dumps({"prompt": text, "add_special_tokens": False})
     where = f"{public_url(url)}/tokenize"
     cap = limits.response_cap(len(text), 0)
-    payload = await _post(session, f"{url}/tokenize", body, timeout, cap=cap, shown=where)
-    tokens = _decode_object(payload, where).get("tokens")
+    payload = await post(session, f"{url}/tokenize", body, timeout, cap=cap, shown=where)
+    tokens = decode_object(payload, where).get("tokens")
     if not isinstance(tokens, list):
         raise InvalidResponse(f"{where} returned no token list", url=where)
     return tokens
@@ -436,13 +259,13 @@ async def tokenize_chat(
     ``messages``, SGLang 0.5.23 ``sglang-protocol.md`` §14.1): what its chat API would feed the model.
 
     :class:`~eagle3_raw.errors.RequestRejected` (with the server's message) when the chat path
-    refuses this request; :class:`~eagle3_raw.sglang.status.EndpointNotFound` without ``/tokenize``.
+    refuses this request; :class:`~eagle3_raw.statuses.EndpointNotFound` without ``/tokenize``.
     """
     data = orjson.dumps(dict(body))
     where = f"{public_url(url)}/tokenize"
     cap = limits.response_cap(len(data), 0)
-    payload = await _post(session, f"{url}/tokenize", data, timeout, cap=cap, shown=where)
-    tokens = _decode_object(payload, where).get("tokens")
+    payload = await post(session, f"{url}/tokenize", data, timeout, cap=cap, shown=where)
+    tokens = decode_object(payload, where).get("tokens")
     if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
         raise InvalidResponse(f"{where} returned no token list for a chat request", url=where)
     return tokens
@@ -454,20 +277,12 @@ async def abort(session: aiohttp.ClientSession, url: str, rid: str, timeout: flo
         async with asyncio.timeout(timeout):
             body = orjson.dumps({"rid": rid, "abort_all": False})
             async with session.post(f"{url}/abort_request", data=body, allow_redirects=False) as response:
-                await _read_prefix(response, limits.ERROR_BODY_BYTES)
+                await read_prefix(response, limits.ERROR_BODY_BYTES)
     except (TimeoutError, aiohttp.ClientError):
         pass
 
 
 # --- the chat API's output parsers (sglang-protocol.md §14.2) ---------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One call ``/parse_function_call`` found: the tool's name and its arguments as a JSON string."""
-
-    name: str
-    parameters: str
 
 
 async def separate_reasoning(
@@ -511,8 +326,8 @@ async def _parse_post(
 ) -> Mapping[str, Any]:
     where = f"{public_url(url)}/{route}"
     cap = limits.response_cap(size, 0)
-    payload = await _post(session, f"{url}/{route}", orjson.dumps(dict(body)), timeout, cap=cap, shown=where)
-    return _decode_object(payload, where)
+    payload = await post(session, f"{url}/{route}", orjson.dumps(dict(body)), timeout, cap=cap, shown=where)
+    return decode_object(payload, where)
 
 
 async def detokenize(
@@ -526,7 +341,3 @@ async def detokenize(
     if not isinstance(text, str):
         raise InvalidResponse(f"{public_url(url)}/detokenize returned no text", url=public_url(url))
     return text
-
-
-def _name(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None

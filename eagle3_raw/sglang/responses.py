@@ -29,17 +29,17 @@ A failed check is :class:`InvalidResponse` (retried, then recorded as failed; ne
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy
 import numpy.typing
 
 from eagle3_raw.errors import GenerationAborted, InvalidResponse, RequestRejected
+from eagle3_raw.idchecks import check_ids, check_no_early_stop
 from eagle3_raw.printable import printable
 from eagle3_raw.redact import public_url
+from eagle3_raw.serving import Generation
 from eagle3_raw.sglang.protocol.outputs import SPEC_KEYS
 
 INT32_MAX = 2**31 - 1
@@ -54,17 +54,6 @@ KEPT_META = (
 HISTOGRAM_MAX = 1024
 """The longest ``spec_correct_drafts_histogram`` kept (one entry per accepted-draft count: SGLang's
 draft tokens per step are far fewer)."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    """A checked completion: the ids exactly as returned, and the facts worth keeping."""
-
-    output_ids: list[int]
-    finish_reason: str
-    meta: Mapping[str, Any]
-    text: str | None = None
-    """The server's own decode of the output (what its chat API parses); None when it sent none."""
 
 
 def check_response(
@@ -95,7 +84,7 @@ def check_response(
         )
     kept = _kept_meta(meta, url)
     _check_counts(kept, output_ids, len(input_ids), url)
-    values = _check_ids(
+    values = check_ids(
         output_ids, vocab_size, url, maybe_bools=payload is None or b"true" in payload or b"false" in payload
     )
     if len(input_ids) > 1 and output_ids[: len(input_ids)] == list(input_ids):
@@ -212,25 +201,6 @@ def _check_counts(meta: Mapping[str, Any], output_ids: list[Any], prompt_len: in
         )
 
 
-def _check_ids(
-    output_ids: list[Any], vocab_size: int, url: str, *, maybe_bools: bool = True
-) -> numpy.typing.NDArray[numpy.int64]:
-    """The ids as an int64 array, once they are all ints inside the vocabulary."""
-    if maybe_bools and bool in set(map(type, output_ids)):  # array("q") takes True for 1
-        raise InvalidResponse(f"{url} returned a boolean among the output ids", url=url)
-    try:
-        ids = array("q", output_ids)  # in C: refuses floats, strings and nulls
-    except (TypeError, OverflowError) as exc:
-        raise InvalidResponse(f"{url} returned a token id that is not an int64 ({exc})", url=url) from exc
-    values = numpy.frombuffer(ids, dtype=numpy.int64)  # min/max in C too, no Python int per id
-    if len(values) and (values.min() < 0 or values.max() >= vocab_size):
-        token = next(t for t in ids if not 0 <= t < vocab_size)
-        raise InvalidResponse(
-            f"{url} returned token id {token} outside the vocabulary (0..{vocab_size - 1})", url=url
-        )
-    return values
-
-
 def _check_stop(finish: Mapping[str, Any], output_ids: list[int], url: str) -> None:
     """A stop on a token id ends the output: that id is the last one (§14.4)."""
     matched = finish.get("matched")
@@ -251,18 +221,9 @@ def _check_no_early_stop(
 ) -> None:
     """No id the server stops at comes before the last position (the server stops at the first)."""
     matched = finish.get("matched")
-    stops = stop_ids | {m for m in (matched if isinstance(matched, list) else [matched]) if _is_int(m)}
-    if not stops or len(ids) < 2:
-        return
-    early = numpy.isin(ids[:-1], numpy.fromiter(stops, numpy.int64, len(stops)))
-    if early.any():
-        position = int(early.argmax())
-        raise InvalidResponse(
-            f"{url} returned stop token id {int(ids[position])} at output position {position} of "
-            f"{len(ids)}: the server stops at the first one of its EOS set unless ignore_eos is sent, so "
-            "ids after it are a bad response",
-            url=url,
-        )
+    candidates = matched if isinstance(matched, list) else [matched]
+    stops = stop_ids | {m for m in candidates if isinstance(m, int) and not isinstance(m, bool)}
+    check_no_early_stop(ids, stops, url)
 
 
 def _is_int(value: Any) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3_raw.sglang.client import SERVER_INFO_KEYS
-from eagle3_raw.sglang.status import error_message as error_text
+from eagle3_raw.statuses import error_message as error_text
 
 CHAT = [{"role": "user", "content": "What is the weather in Oslo?"}]
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -293,7 +293,7 @@ def shape(answer: Answer, case: Case) -> dict[str, Any]:
 
 
 def error_shape(answer: Answer) -> str:
-    """Where :func:`eagle3_raw.sglang.status.error_message` finds the message in an error body."""
+    """Where :func:`eagle3_raw.statuses.error_message` finds the message in an error body."""
     body = answer.body
     if answer.kind != "json" or not isinstance(body, dict):
         return answer.kind
@@ -303,7 +303,7 @@ def error_shape(answer: Answer) -> str:
 
 
 def error_message(answer: Answer) -> str:
-    """The message eagle3_raw takes from an error body (:func:`eagle3_raw.sglang.status.error_message`)."""
+    """The message eagle3_raw takes from an error body (:func:`eagle3_raw.statuses.error_message`)."""
     return error_text(
         json.dumps(answer.body).encode() if answer.kind == "json" else str(answer.body).encode()
     )

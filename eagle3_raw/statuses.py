@@ -1,8 +1,11 @@
-"""What an HTTP status from an SGLang server means for the run: retry, record the row, or stop.
+"""What an HTTP status from a server means for the run: retry, record the row, or stop.
 
 Dispatched on the status code, never on the message, with one exception SGLang forces: a rid
-still in flight is a 400 whose only mark is its message ("Duplicate request ID"). The statuses
-SGLang 0.5.23 itself answers (``shared/sglang-protocol.md`` §5): 400 (validation, ``ValueError``,
+still in flight is a 400 whose only mark is its message ("Duplicate request ID"). vLLM answers
+400 for what it refuses (validation, a prompt past the context), 401 without the key, 403 for a
+scale-out route it was not started to serve (``--enable-scale-out``), 404 for no such route or
+model, 500 for an engine error (``docs/vllm-protocol.md``). The statuses SGLang 0.5.23 itself
+answers (``shared/sglang-protocol.md`` §5): 400 (validation, ``ValueError``,
 scheduler aborts with status 400), 401 (no or wrong ``--api-key``), 403 (an admin-only route),
 404 and 405 (no such route: FastAPI), 500 and 503 (scheduler aborts: queue full, waiting or running
 timeouts, retraction without a KV backup, out of memory; ``http_server.py:2246``,
@@ -33,8 +36,11 @@ _RETRYABLE_4XX = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_EARLY, HT
 """Request Timeout, Too Early, Too Many Requests: the same request can succeed later."""
 
 
-def http_error(status: int, payload: bytes, url: str, *, location: str | None = None) -> Exception:
-    """The exception for a non-200 answer of ``url`` (a full URL, credentials already removed)."""
+def http_error(
+    status: int, payload: bytes, url: str, *, location: str | None = None, engine: str = "SGLang"
+) -> Exception:
+    """The exception for a non-200 answer of ``url`` (a full URL, credentials already removed) from
+    a server of ``engine`` (its name in messages)."""
     message = error_message(payload)
     text = f"HTTP {status} from {url}: {message}"
     if HTTPStatus.MULTIPLE_CHOICES <= status < HTTPStatus.BAD_REQUEST:
@@ -49,7 +55,7 @@ def http_error(status: int, payload: bytes, url: str, *, location: str | None = 
             "--api-key; if it does, the key it holds was refused)"
         )
     if status in (HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED):
-        return EndpointNotFound(_not_found(status, url, message), url=url, status=status)
+        return EndpointNotFound(_not_found(status, url, message, engine), url=url, status=status)
     if status in _RETRYABLE_4XX or status >= HTTPStatus.INTERNAL_SERVER_ERROR:
         return ServerBusy(text, url=url, status=status)
     # SGLang gives a request id still in flight no status of its own
@@ -57,20 +63,20 @@ def http_error(status: int, payload: bytes, url: str, *, location: str | None = 
         return ServerBusy(text, url=url, status=status)
     if HTTPStatus.BAD_REQUEST <= status < HTTPStatus.INTERNAL_SERVER_ERROR:
         return RequestRejected(text, status=status, url=url)
-    return InvalidResponse(f"{text} (not a status an SGLang server answers)", url=url)
+    return InvalidResponse(f"{text} (not a status an {engine} server answers)", url=url)
 
 
-def _not_found(status: int, url: str, message: str) -> str:
+def _not_found(status: int, url: str, message: str, engine: str) -> str:
     route = url.rsplit("/", 1)[-1]
     what = "has no such route" if status == HTTPStatus.NOT_FOUND else "does not take this method on it"
     return (
-        f"HTTP {status} from {url}: {message} (the server answered, but {what}: is it SGLang's "
-        f"native API, and does /{route} exist in its version?)"
+        f"HTTP {status} from {url}: {message} (the server answered, but {what}: is it {engine}'s "
+        f"API, and does /{route} exist in its version?)"
     )
 
 
 def error_message(payload: bytes) -> str:
-    """The message of any of SGLang's three error body shapes (or the raw text), escaped and cut."""
+    """The message of any of SGLang's three error body shapes or vLLM's (or the raw text), escaped and cut."""
     import orjson
 
     try:
