@@ -64,7 +64,8 @@ def render_prompt_ids(
 
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
-    function = tool.get("function") if isinstance(tool.get("function"), Mapping) else {}
+    given = tool.get("function")
+    function: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     kept: dict[str, Any] = {key: function.get(key) for key in ("name", "description", "parameters")}
     kept.update({key: function[key] for key in ("strict", "defer_loading") if function.get(key) is not None})
     if tool.get("defer_loading") is not None and kept.get("defer_loading") is None:
@@ -115,7 +116,7 @@ def _call(call: Any) -> dict[str, Any]:
         raise ChatRequestError("a tool call needs an id, type function and a function (vLLM's message types)")
     if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
         raise ChatRequestError("a tool call's function needs a name and its arguments as a string")
-    out = copy.deepcopy(call)
+    out: dict[str, Any] = copy.deepcopy(call)
     arguments = function["arguments"]
     try:
         parsed = json.loads(arguments) if arguments else {}
