@@ -35,9 +35,11 @@ ROOTS = (
     "eagle3_raw.run.plan",
     "eagle3_raw.run.rollout",
     "eagle3_raw.journal.assembly",
+    "eagle3_raw.vllm.sampling",
 )
 """Where rows are shaped: reading source rows, drawing the mixture, rendering prompts, planning
-requests, rolling out later turns, and assembling rows from generations."""
+requests, rolling out later turns, assembling rows from generations, and saying a request's
+sampling in vLLM's names (the request digest holds the recipe's)."""
 
 BOUNDARIES = {
     "eagle3_raw.recipe": "the recipe's values enter every id through its fingerprint",

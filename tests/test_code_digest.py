@@ -42,12 +42,12 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-aa2dfcec5db0f9f8",
-    "demo": "demo-a2a8779b14da4445",
-    "gpt-oss": "gpt-oss-5f537946ec3dc72c",
-    "kimi-k2.5": "kimi-k2.5-21b1f84daa87e261",
-    "llama-3.1": "llama-3.1-5fbc0f2118007e16",
-    "qwen3": "qwen3-20691173a8c52650",
+    "deepseek-v3": "deepseek-v3-52cd87b99abdd070",
+    "demo": "demo-f0d3fc94ebffdcaf",
+    "gpt-oss": "gpt-oss-e34ce8d091ebff44",
+    "kimi-k2.5": "kimi-k2.5-f926f1382e048638",
+    "llama-3.1": "llama-3.1-342582e40a441e28",
+    "qwen3": "qwen3-4449c1d2f65fb94f",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
