@@ -31,6 +31,7 @@ from eagle3_raw.errors import HubError
 from eagle3_raw.export.commands import for_card
 from eagle3_raw.recipe import is_greedy
 from eagle3_raw.resources import dataset_cards_dir
+from eagle3_raw.serving import ENGINE_LABELS
 
 if TYPE_CHECKING:
     import jinja2
@@ -251,6 +252,7 @@ def section_context(section: CardSection) -> dict[str, Any]:
         "marks": {"start": GENERATED_START, "end": GENERATED_END},
         "reproduce_command": reproduce_command(section.repo_id, section.revision, section.name, recipe),
         "launches_reference": (recipe.get("server") or {}).get("launch") == "reference",
+        "engine": ENGINE_LABELS.get(str((manifest.get("target") or {}).get("engine") or "sglang"), "SGLang"),
         "greedy": is_greedy(recipe["sampling"]),
         "samples_per_prompt": int(recipe["sampling"].get("samples_per_prompt") or 1),
         "acceptance": acceptance_context(manifest),

@@ -33,8 +33,9 @@ FAMILIES = [
 def test_every_bundled_recipe_is_valid() -> None:
     names = sorted(p.stem for p in builder_scripts_dir().glob("*.yaml"))
     assert {"demo", "qwen3", "kimi-k2.5", "gpt-oss", "llama-3.1", "deepseek-v3"} <= set(names)
+    assert {"qwen3-vllm", "kimi-k2.5-vllm", "llama-3.1-vllm", "deepseek-v3-vllm"} <= set(names)
     for name in names:
-        if name == "kimi-k2.5":
+        if name.startswith("kimi-k2.5"):
             with pytest.raises(RecipeError, match=r"pin model\.revision to a commit"):
                 load_recipe(name)
             recipe = load_recipe(name, {"model.revision": COMMIT})
@@ -42,6 +43,7 @@ def test_every_bundled_recipe_is_valid() -> None:
         else:
             recipe = load_recipe(name)
         assert recipe.sampling.params["max_new_tokens"] >= 512
+        assert (recipe.server.engine_name == "vllm") == name.endswith("-vllm")
 
 
 @pytest.mark.slow

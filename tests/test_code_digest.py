@@ -42,12 +42,16 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-52cd87b99abdd070",
-    "demo": "demo-f0d3fc94ebffdcaf",
-    "gpt-oss": "gpt-oss-e34ce8d091ebff44",
-    "kimi-k2.5": "kimi-k2.5-f926f1382e048638",
-    "llama-3.1": "llama-3.1-342582e40a441e28",
-    "qwen3": "qwen3-4449c1d2f65fb94f",
+    "deepseek-v3": "deepseek-v3-5ae7c7b1586cf281",
+    "demo": "demo-dd6dbff331881625",
+    "gpt-oss": "gpt-oss-5f9a36d515f11541",
+    "kimi-k2.5": "kimi-k2.5-b0273937d37873c9",
+    "llama-3.1": "llama-3.1-509f6e1a36fd3ea2",
+    "qwen3": "qwen3-dd38a58dcb890cbd",
+    "deepseek-v3-vllm": "deepseek-v3-vllm-5ae7c7b1586cf281",
+    "kimi-k2.5-vllm": "kimi-k2.5-vllm-b0273937d37873c9",
+    "llama-3.1-vllm": "llama-3.1-vllm-509f6e1a36fd3ea2",
+    "qwen3-vllm": "qwen3-vllm-dd38a58dcb890cbd",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -133,6 +137,6 @@ def test_a_change_to_what_a_shaping_module_does_changes_the_digest(package: Path
 def test_bundled_recipes_keep_their_set_ids() -> None:
     ids = {}
     for path in sorted(builder_scripts_dir().glob("*.yaml")):
-        overrides = {"model.revision": COMMIT} if path.stem == "kimi-k2.5" else {}
+        overrides = {"model.revision": COMMIT} if path.stem.startswith("kimi-k2.5") else {}
         ids[path.stem] = set_config_id(load_recipe(path.stem, overrides), TARGET)
     assert ids == PINNED, "a bundled recipe's set id changed: every user's cached set is built again"

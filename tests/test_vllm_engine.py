@@ -210,10 +210,15 @@ def test_a_tool_call_vllm_refuses_is_refused_here_too() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizers.tokenizer_folder("qwen3"))
-    call = {"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "P"}}}
+    call = {"id": "c1", "type": "function", "function": {"name": "w", "arguments": ["P"]}}
     messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     with pytest.raises(chatpath.ChatRequestError, match="arguments as a string"):
         chatpath.render_prompt_ids(tokenizer, messages)
+    call["function"]["arguments"] = {"city": "P"}  # eagle3_raw's own form: sent as its JSON string
+    assert chatpath.wire_messages(messages)[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "P"}'
+    assert chatpath.render_prompt_ids(tokenizer, messages) == chatpath.render_prompt_ids(
+        tokenizer, chatpath.wire_messages(messages)
+    )
     del call["id"]
     with pytest.raises(chatpath.ChatRequestError, match="needs an id"):
         chatpath.render_prompt_ids(tokenizer, messages)

@@ -27,9 +27,12 @@ from eagle3_raw.recipe.fields import choice, custom, flag, integer, mapping, sec
 from eagle3_raw.recipe.fingerprint import REFERENCE_TOKENIZER, fingerprint, recipe_to_dict, tokenizer_path
 from eagle3_raw.recipe.localfiles import check_local_files
 from eagle3_raw.recipe.sampling import is_greedy
-from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES as SGLANG_REASONING_PARSERS
+from eagle3_raw.sglang.parsers import TOOL_CALL_PARSER_NAMES as SGLANG_TOOL_CALL_PARSERS
 from eagle3_raw.sglang.sampling import SGLANG_SAMPLING_DEFAULTS
 from eagle3_raw.splits import SplitRule
+from eagle3_raw.vllm.parsers import REASONING_PARSER_NAMES as VLLM_REASONING_PARSERS
+from eagle3_raw.vllm.parsers import TOOL_CALL_PARSER_NAMES as VLLM_TOOL_CALL_PARSERS
 
 PromptFormat = Literal["auto", "sharegpt", "openai", "prompt"]
 Turns = Literal["last", "all", "rollout"]
@@ -43,6 +46,13 @@ LAUNCH_ENGINES: Mapping[str, str] = {"reference": "sglang", "sglang": "sglang", 
 """The engine each ``server.launch`` starts (the reference server speaks SGLang's API)."""
 
 _REVISION = "a branch, tag or commit"
+
+
+def _names(*engines: tuple[str, ...]) -> tuple[str, ...]:
+    """Every engine's parser names, each once, in order."""
+    return tuple(dict.fromkeys(name for names in engines for name in names))
+
+
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -288,22 +298,22 @@ class RolloutConfig:
         default=None,
         metadata=custom(
             values.parser_name,
-            "an SGLang parser name",
+            "an SGLang or vLLM parser name",
             kind="text",
-            choices=REASONING_PARSER_NAMES,
-            help="The SGLang parser that splits a generated turn into reasoning_content and content "
-            "(None: the one the server reports in /server_info, as its chat API uses it; none: the "
-            "text stays content).",
+            choices=_names(SGLANG_REASONING_PARSERS, VLLM_REASONING_PARSERS),
+            help="The parser that splits a generated turn into reasoning and content (None: the one "
+            "the server reports, as its chat API uses it; none: the text stays content). vLLM splits "
+            "with the parsers it runs: the name records which.",
         ),
     )
     tool_call_parser: str | None = field(
         default=None,
         metadata=custom(
             values.parser_name,
-            "an SGLang parser name",
+            "an SGLang or vLLM parser name",
             kind="text",
-            choices=TOOL_CALL_PARSER_NAMES,
-            help="The SGLang parser that splits tool_calls out of a generated turn (None: the server's).",
+            choices=_names(SGLANG_TOOL_CALL_PARSERS, VLLM_TOOL_CALL_PARSERS),
+            help="The parser that splits tool_calls out of a generated turn (None: the server's).",
         ),
     )
     merge: Merge = field(

@@ -184,12 +184,13 @@ def rollout_section(value: Any, at: At) -> Any:
 
 
 def parser_name(value: Any, at: At) -> str | None:
-    """One of SGLang 0.5.23's parser names (the field's choices: ``--reasoning-parser`` /
-    ``--tool-call-parser``), or None."""
+    """One of SGLang 0.5.23's or vLLM 0.32's parser names (the field's choices:
+    ``--reasoning-parser`` / ``--tool-call-parser``), or None; which engine's is checked once the
+    engine is known (:func:`~eagle3_raw.recipe.engines.check_for_engine`)."""
     name: str | None = at.as_kind(value)
     known = at.spec.choices
     if name is not None and name not in known:
-        raise RecipeError(at.path, name, f"not an SGLang parser{did_you_mean(name, known)}; "
+        raise RecipeError(at.path, name, f"not an SGLang or vLLM parser{did_you_mean(name, known)}; "
                           f"known: {', '.join(known)}")  # fmt: skip
     return name
 

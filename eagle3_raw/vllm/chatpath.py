@@ -8,7 +8,8 @@ What vLLM 0.32 does (``vllm/renderers/chat_utils.py``), for text-only chat reque
   when it iterates over them (the same detection as SGLang's, :func:`template_content_format`);
   a null content is empty;
 - an assistant's tool call needs an ``id``, ``type: function`` and its ``arguments`` as a string
-  (else a 400); the arguments reach the template as an object (a string that is not a JSON object
+  (else a 400; eagle3_raw sends its conversations' argument objects as JSON strings,
+  :func:`wire_messages`); the arguments reach the template as an object (a string that is not a JSON object
   becomes ``{}``); an empty ``tool_calls`` is dropped;
   an assistant's ``reasoning`` reaches it as ``reasoning`` and ``reasoning_content``;
 - a tool message's text parts are joined with newlines;
@@ -108,19 +109,37 @@ def _call(call: Any) -> dict[str, Any]:
     ``function``, a ``function`` with a ``name`` and its ``arguments`` as a string) and passes it
     to the template (the arguments as an object)."""
     function = call.get("function") if isinstance(call, dict) else None
-    if (
-        not isinstance(function, dict)
-        or not isinstance(call.get("id"), str)
-        or call.get("type") != "function"
-    ):
+    typed = isinstance(call, dict) and isinstance(call.get("id"), str) and call.get("type") == "function"
+    if not isinstance(function, dict) or not typed:
         raise ChatRequestError("a tool call needs an id, type function and a function (vLLM's message types)")
-    if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
+    arguments = function.get("arguments")
+    if isinstance(arguments, dict):  # eagle3_raw's own form: sent to vLLM as its JSON (wire_messages)
+        arguments = json.dumps(arguments)
+    if not isinstance(function.get("name"), str) or not isinstance(arguments, str):
         raise ChatRequestError("a tool call's function needs a name and its arguments as a string")
     out: dict[str, Any] = copy.deepcopy(call)
-    arguments = function["arguments"]
     try:
         parsed = json.loads(arguments) if arguments else {}
     except json.JSONDecodeError:
         parsed = {}
     out["function"]["arguments"] = parsed if isinstance(parsed, dict) else {}
     return out
+
+
+def wire_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as an OpenAI client sends them to vLLM: a tool call's arguments as a JSON
+    string (eagle3_raw's conversations hold them as objects, :mod:`eagle3_raw.source.prompts`)."""
+    return [_wire(dict(m)) for m in messages]
+
+
+def _wire(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return message
+    sent = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+            call = {**call, "function": {**function, "arguments": json.dumps(function["arguments"])}}
+        sent.append(call)
+    return {**message, "tool_calls": sent}

@@ -30,6 +30,7 @@ from eagle3_raw.errors import AuthError, EndpointNotFound, InvalidResponse, Serv
 from eagle3_raw.redact import public_url, scrub
 from eagle3_raw.serving import AssistantTurn, Generation, ServerIdentity, ToolCall, TurnToSplit
 from eagle3_raw.transport import decode_object, get_json, post, read_prefix
+from eagle3_raw.vllm.chatpath import wire_messages
 from eagle3_raw.vllm.responses import check_completion
 from eagle3_raw.vllm.sampling import vllm_params
 
@@ -80,7 +81,8 @@ async def tokenize_chat(
 ) -> list[int]:
     """The prompt ids vLLM's chat path makes of a chat request (``/tokenize`` with ``messages``,
     ``add_generation_prompt`` as its chat API sends it: true)."""
-    return await _tokens(session, url, {"add_generation_prompt": True, **body}, timeout)
+    sent = {"add_generation_prompt": True, **body, "messages": wire_messages(body.get("messages") or [])}
+    return await _tokens(session, url, sent, timeout)
 
 
 async def _tokens(
@@ -104,8 +106,11 @@ async def split_turn(
     assistant message vLLM's chat API would return for it."""
     where = f"{public_url(url)}/v1/chat/completions/derender"
     choice = {"index": 0, "token_ids": list(turn.output_ids), "finish_reason": turn.finish_reason}
-    body = {"generate_response": {"request_id": "eagle3-raw-derender", "choices": [choice]},
-            "chat_request": dict(turn.chat_request)}  # fmt: skip
+    chat = {**turn.chat_request, "messages": wire_messages(turn.chat_request.get("messages") or [])}
+    body = {
+        "generate_response": {"request_id": "eagle3-raw-derender", "choices": [choice]},
+        "chat_request": chat,
+    }
     data = orjson.dumps(body)
     cap = limits.response_cap(4 * len(data), 0)
     try:
