@@ -52,7 +52,7 @@ def test_a_set_built_on_the_real_vllm_round_trips_the_hub_and_reproduces_identic
     published = datasets.load_dataset(REPO, "t", revision="v1", split="train", token=emulator.tokens.write)
     assert isinstance(published, datasets.Dataset) and published.to_list() == built.dataset.to_list()
     card = huggingface_hub.hf_hub_download(REPO, "README.md", repo_type="dataset", revision="v1")
-    assert "vLLM 0.32.0" in Path(card).read_text()
+    assert "**Server**: vLLM `0.32.0` serving" in Path(card).read_text()
 
     parser = argparse.ArgumentParser(prog="eagle3-raw")
     hub_cli.add_reproduce(parser.add_subparsers(dest="command", required=True))
