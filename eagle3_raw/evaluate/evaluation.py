@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_raw.credentials import server_api_key
+from eagle3_raw.engines import detect
 from eagle3_raw.errors import FatalError, ServerMismatch
 from eagle3_raw.evaluate.replay import ReplayOptions, not_speculating, replay
 from eagle3_raw.evaluate.report import Report, server_report
@@ -107,6 +108,11 @@ async def _check_servers(urls: Sequence[str], options: ReplayOptions, model: Map
         connect_timeout=options.connect_timeout, api_key=options.api_key
     ) as session:
         for url in urls:
+            if await detect(session, url.rstrip("/"), options.connect_timeout) == "vllm":
+                raise ServerMismatch(
+                    f"{public_url(url)} is a vLLM server: eval reads each answer's acceptance figures, "
+                    "which vLLM's completions do not carry (point it at an SGLang server running the drafter)"
+                )
             identity = await sglang.server_identity(session, url.rstrip("/"), options.connect_timeout)
             if not identity.drafter:
                 raise ServerMismatch(not_speculating(url))
