@@ -24,8 +24,14 @@ INSIDE_FUNCTIONS = {
     ("eagle3_raw", "eagle3_raw.export.exporting"): "as above",
 }
 
-#: What the engine package and the reference server may import besides their own modules.
-SGLANG_MAY_IMPORT = {"eagle3_raw.errors", "eagle3_raw.limits", "eagle3_raw.printable", "eagle3_raw.redact"}
+#: What an engine package and the reference server may import besides their own modules: leaves,
+#: and the engine-neutral boundary (the types every engine returns, HTTP, statuses, id checks).
+SGLANG_MAY_IMPORT = {
+    "eagle3_raw.errors", "eagle3_raw.limits", "eagle3_raw.printable", "eagle3_raw.redact",
+    "eagle3_raw.serving", "eagle3_raw.statuses", "eagle3_raw.transport", "eagle3_raw.idchecks",
+}  # fmt: skip
+#: vLLM's chat path reads a template's content format as SGLang's does, and raises its refusal.
+VLLM_MAY_IMPORT = {*SGLANG_MAY_IMPORT, "eagle3_raw.sglang", "eagle3_raw.sglang.chatpath"}
 REFERENCE_MAY_IMPORT = {
     "eagle3_raw.errors", "eagle3_raw.sglang", "eagle3_raw.sglang.protocol", "eagle3_raw.sglang.chatpath",
     "eagle3_raw.sglang.chatrequest", "eagle3_raw.sglang.chatschema", "eagle3_raw.sglang.parsers",
@@ -170,6 +176,22 @@ def _imports_from_outside(package: str, allowed: set[str]) -> set[tuple[str, str
 
 def test_sglang_is_one_package_that_imports_only_leaves() -> None:
     assert _imports_from_outside("eagle3_raw.sglang", SGLANG_MAY_IMPORT) == set()
+
+
+def test_vllm_is_one_package_that_imports_only_leaves() -> None:
+    assert _imports_from_outside("eagle3_raw.vllm", VLLM_MAY_IMPORT) == set()
+
+
+def test_the_boundary_modules_import_no_engine() -> None:
+    for module in (
+        "eagle3_raw.serving",
+        "eagle3_raw.transport",
+        "eagle3_raw.statuses",
+        "eagle3_raw.idchecks",
+    ):
+        assert not any(
+            e.imported.startswith(("eagle3_raw.sglang", "eagle3_raw.vllm")) for e in _edges(module)
+        ), module
 
 
 def test_the_reference_server_imports_only_the_sglang_protocol_and_errors() -> None:
