@@ -199,7 +199,7 @@ def test_bad_command_line_values_are_one_line_errors(
 
 @pytest.mark.parametrize(
     ("content", "fragment"),
-    [(None, "no such file, and no bundled recipe has that name (bundled: deepseek-v3, demo, gpt-oss, kimi"),
+    [(None, "no such file, and no bundled recipe has that name (bundled: deepseek-v3, deepseek-v3-vllm"),
      (b"name: caf\xe9\n", "not UTF-8 text (byte 0xe9 at offset 9)")],
 )  # fmt: skip
 def test_a_bad_recipe_file_is_named(

@@ -253,7 +253,8 @@ def test_a_missing_recipe_file_is_named_with_the_bundled_recipes(tmp_path: Path)
         load_recipe(tmp_path / "nope.yaml")
     assert str(missing.value) == (
         f"recipe file {tmp_path / 'nope.yaml'}: no such file, and no bundled recipe has that name "
-        "(bundled: deepseek-v3, demo, gpt-oss, kimi-k2.5, llama-3.1, qwen3)"
+        "(bundled: deepseek-v3, deepseek-v3-vllm, demo, gpt-oss, kimi-k2.5, kimi-k2.5-vllm, llama-3.1, "
+        "llama-3.1-vllm, qwen3, qwen3-vllm)"
     )
 
 
