@@ -42,16 +42,16 @@ TARGET = Target(
     token_budget=40960, input_limit=40959,
 )  # fmt: skip
 PINNED = {
-    "deepseek-v3": "deepseek-v3-5ae7c7b1586cf281",
-    "demo": "demo-dd6dbff331881625",
-    "gpt-oss": "gpt-oss-5f9a36d515f11541",
-    "kimi-k2.5": "kimi-k2.5-b0273937d37873c9",
-    "llama-3.1": "llama-3.1-509f6e1a36fd3ea2",
-    "qwen3": "qwen3-dd38a58dcb890cbd",
-    "deepseek-v3-vllm": "deepseek-v3-vllm-5ae7c7b1586cf281",
-    "kimi-k2.5-vllm": "kimi-k2.5-vllm-b0273937d37873c9",
-    "llama-3.1-vllm": "llama-3.1-vllm-509f6e1a36fd3ea2",
-    "qwen3-vllm": "qwen3-vllm-dd38a58dcb890cbd",
+    "deepseek-v3": "deepseek-v3-a242071f03ea9fbc",
+    "demo": "demo-84ab171eee9263c8",
+    "gpt-oss": "gpt-oss-f50b5821bafc33b0",
+    "kimi-k2.5": "kimi-k2.5-fe130e6b813320a2",
+    "llama-3.1": "llama-3.1-826498dc5ee2c63f",
+    "qwen3": "qwen3-453feac20b717e2a",
+    "deepseek-v3-vllm": "deepseek-v3-vllm-a242071f03ea9fbc",
+    "kimi-k2.5-vllm": "kimi-k2.5-vllm-fe130e6b813320a2",
+    "llama-3.1-vllm": "llama-3.1-vllm-826498dc5ee2c63f",
+    "qwen3-vllm": "qwen3-vllm-453feac20b717e2a",
 }
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

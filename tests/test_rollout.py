@@ -629,4 +629,4 @@ def test_rollout_counts_add_up_and_a_missing_tool_call_parser_is_named(tmp_path:
     assert int(ended[1]) >= 12 and int(ended[2]) >= 24  # each weather rollout, its turns 3 and 5
     assert re.search(r"^rollouts +20 \(2 samples x 10 conversations\)", out, re.M), out
     assert re.search(r"12 x no_tool_call \(no tool-call parser", out), out
-    assert "start SGLang with --tool-call-parser NAME or set rollout.tool_call_parser" in out
+    assert "start it with --tool-call-parser NAME (with vLLM also --enable-auto-tool-choice) or set" in out

@@ -299,7 +299,8 @@ class Validation:
         return f"{where}: the server accepts the keys on one request (max_new_tokens 1)"
 
     def _parsers(self, target: Target) -> str:
-        return _parser_found(target.parsers.get("tool_call_parser"), "the server's /server_info")
+        where = "vLLM (it never reports it)" if target.engine == "vllm" else "the server's /server_info"
+        return _parser_found(target.parsers.get("tool_call_parser"), where)
 
     def _parser_known_here(self) -> bool:
         return bool(self.recipe.rollout.tool_call_parser) or self.recipe.server.launch == "reference"
@@ -368,8 +369,8 @@ def _parser_found(name: Any, where: str) -> str:
     raise RecipeError(
         "rollout.tool_call_parser", None,
         f"turns is rollout and the source's assistant turns call tools, but {where} reports no tool-call "
-        "parser: every rollout would end no_tool_call; set rollout.tool_call_parser or start SGLang "
-        "with --tool-call-parser NAME",
+        "parser: every rollout would end no_tool_call; set rollout.tool_call_parser or start the server "
+        "with --tool-call-parser NAME (vLLM reports none: name the one it runs in rollout.tool_call_parser)",
     )  # fmt: skip
 
 

@@ -63,8 +63,9 @@ END_REASONS: Mapping[str, str] = {
 """Why a rollout ends before its last turn (the first word of each ``ended`` reason)."""
 
 NO_PARSER_HINT = (
-    " (no tool-call parser, so no call is read from the text; the server reports none, so start SGLang "
-    "with --tool-call-parser NAME or set rollout.tool_call_parser)"
+    " (no tool-call parser named, so no call may have been read from the text; the server reports none, "
+    "so start it with --tool-call-parser NAME (with vLLM also --enable-auto-tool-choice) or set "
+    "rollout.tool_call_parser)"
 )
 """Said with ``no_tool_call`` when no parser could read a call (no colon: the summary groups ended
 reasons by the text before the first one)."""

@@ -56,8 +56,10 @@ def test_a_set_built_on_the_real_vllm_round_trips_the_hub_and_reproduces_identic
 
     parser = argparse.ArgumentParser(prog="eagle3-raw")
     hub_cli.add_reproduce(parser.add_subparsers(dest="command", required=True))
+    # a local tokenizer folder is not uploaded: the reproduction names it again
     args = parser.parse_args(["reproduce", f"{REPO}@v1", "--quiet", "--strict",
-                              "--set", f"server.endpoints=[{real_vllm.url}]"])  # fmt: skip
+                              "--set", f"server.endpoints=[{real_vllm.url}]",
+                              "--set", f"model.tokenizer={vllm_model}"])  # fmt: skip
     before = real_vllm.log().count('"POST /v1/completions HTTP/1.1" 200')
     assert args.handler(args) == 0
     out = capsys.readouterr().out
