@@ -307,6 +307,10 @@ class _Build:
                 raise
             log.warning("no endpoint answers: only rows whose generations the journal holds can be made")
             return None
+        how = "as the recipe says" if self.recipe.server.engine_name else "asked from the server"
+        log.info(
+            "%d endpoint(s) of %s (%s): %s", len(identities), identities[0].label, how, self.target.describe()
+        )
         await checks.check_tokenizers(identities)
         if self.target.render == "local" and not renderer.prints_date:  # a pinned date is not the server's
             sample = await asyncio.to_thread(sample_conversations, self.recipe)
