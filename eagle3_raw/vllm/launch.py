@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from eagle3_raw.errors import RecipeError
-from eagle3_raw.redact import is_secret_name, scrub_args
+from eagle3_raw.redact import REDACTED, is_secret_name, scrub_args
 
 if TYPE_CHECKING:
     from eagle3_raw.recipe import VLLMLaunch
@@ -69,33 +69,39 @@ FIXED_ENV: Mapping[str, str] = {
 """Always in the server's environment (see the module docstring)."""
 
 _FIELD = "server.vllm"
-_SCALE_OUT = "eagle3_raw always passes it (the token, render, derender and abort routes)"
-_AUTO_TOOLS = f"set {_FIELD}.tool_call_parser: eagle3_raw passes it with the parser"
-_TRUST = f"set {_FIELD}.trust_remote_code"
 
-#: Flags ``extra_args`` may not give, with where their value comes from instead.
+
+def _sets(why: str) -> str:
+    return f"eagle3_raw sets it ({why})"
+
+
+_SCALE_OUT = "eagle3_raw always passes it: the token, render, derender and abort routes need it"
+_AUTO_TOOLS = _sets(f"with {_FIELD}.tool_call_parser, which vLLM needs it with")
+_TRUST = _sets(f"set {_FIELD}.trust_remote_code")
+
+#: Flags ``extra_args`` may not give, with why.
 MANAGED_FLAGS: Mapping[str, str] = {
-    "--host": "the launched server listens on 127.0.0.1",
-    "--port": "a free port is chosen for it",
-    "--uds": "the launched server listens on 127.0.0.1 and a free port",
-    "--model": f"set {_FIELD}.model",
-    "--revision": f"set {_FIELD}.revision",
-    "--served-model-name": f"set {_FIELD}.served_model_name",
-    "--tensor-parallel-size": f"set {_FIELD}.tensor_parallel_size",
-    "-tp": f"set {_FIELD}.tensor_parallel_size",
-    "--data-parallel-size": f"set {_FIELD}.data_parallel_size",
-    "-dp": f"set {_FIELD}.data_parallel_size",
-    "--max-model-len": f"set {_FIELD}.max_model_len",
-    "--reasoning-parser": f"set {_FIELD}.reasoning_parser",
-    "--tool-call-parser": f"set {_FIELD}.tool_call_parser",
+    "--host": _sets("the launched server listens on 127.0.0.1"),
+    "--port": _sets("a free port is chosen for it"),
+    "--uds": _sets("the launched server listens on 127.0.0.1 and a free port"),
+    "--model": _sets(f"set {_FIELD}.model"),
+    "--revision": _sets(f"set {_FIELD}.revision"),
+    "--served-model-name": _sets(f"set {_FIELD}.served_model_name"),
+    "--tensor-parallel-size": _sets(f"set {_FIELD}.tensor_parallel_size"),
+    "-tp": _sets(f"set {_FIELD}.tensor_parallel_size"),
+    "--data-parallel-size": _sets(f"set {_FIELD}.data_parallel_size"),
+    "-dp": _sets(f"set {_FIELD}.data_parallel_size"),
+    "--max-model-len": _sets(f"set {_FIELD}.max_model_len"),
+    "--reasoning-parser": _sets(f"set {_FIELD}.reasoning_parser"),
+    "--tool-call-parser": _sets(f"set {_FIELD}.tool_call_parser"),
     "--enable-auto-tool-choice": _AUTO_TOOLS,
     "--no-enable-auto-tool-choice": _AUTO_TOOLS,
     "--trust-remote-code": _TRUST,
     "--no-trust-remote-code": _TRUST,
-    "--seed": f"set {_FIELD}.seed",
+    "--seed": _sets(f"set {_FIELD}.seed"),
     "--enable-scale-out": _SCALE_OUT,
     "--no-enable-scale-out": _SCALE_OUT,
-    "--generation-config": "eagle3_raw passes vllm: a model folder's generation_config.json would "
+    "--generation-config": "eagle3_raw always passes vllm: a model folder's generation_config.json would "
     "change the default sampling behind the recipe's fingerprint",
     "--config": "a config file's flags would escape these checks; give them in extra_args",
     "--api-key": f"the key comes from server.api_key_env, through {KEY_VARIABLE} in the server's environment",
@@ -121,10 +127,12 @@ def check_vllm_launch(launch: VLLMLaunch) -> None:
         name = _option(arg)
         problem = _flag_problem(name) if name else None
         if problem:
-            raise RecipeError(f"{_FIELD}.extra_args", list(launch.extra_args), f"{arg}: {problem}")
+            written = arg.partition("=")[0]
+            raise RecipeError(f"{_FIELD}.extra_args", list(launch.extra_args), f"{written}: {problem}")
     for variable in launch.env:
         if variable in MANAGED_ENV:
-            raise RecipeError(f"{_FIELD}.env.{variable}", launch.env[variable], MANAGED_ENV[variable])
+            value = REDACTED if variable == KEY_VARIABLE else launch.env[variable]
+            raise RecipeError(f"{_FIELD}.env.{variable}", value, MANAGED_ENV[variable])
 
 
 def _option(arg: str) -> str | None:
@@ -141,7 +149,7 @@ def _option(arg: str) -> str | None:
 
 def _flag_problem(name: str) -> str | None:
     if name in MANAGED_FLAGS:
-        return f"eagle3_raw sets it ({MANAGED_FLAGS[name]})"
+        return MANAGED_FLAGS[name]
     longer = sorted(flag for flag in MANAGED_FLAGS if flag.startswith(name) and flag[:2] == name[:2])
     if longer:
         return f"vLLM would read it as {longer[0]}, which eagle3_raw sets; spell options in full"
