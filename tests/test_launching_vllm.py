@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from eagle3_raw.errors import FatalError, RecipeError, ServerUnreachable
+from eagle3_raw.errors import FatalError, RecipeError, ServerMismatch, ServerUnreachable
 from eagle3_raw.identity import set_config_id
 from eagle3_raw.journal.manifest import new_manifest
 from eagle3_raw.launching.held import held, hold, release
@@ -27,7 +27,7 @@ from eagle3_raw.launching.records import adding_launch
 from eagle3_raw.launching.sections import launch_section, section_digest
 from eagle3_raw.launching.target import launched_target
 from eagle3_raw.recipe import Recipe, VLLMLaunch, load_recipe
-from eagle3_raw.run.build import launched_endpoints, release_launched, resolve_target
+from eagle3_raw.run.build import RunOptions, launched_endpoints, release_launched, resolve_target, run
 from eagle3_raw.sglang.launch import launch_digest as sglang_digest
 from eagle3_raw.vllm.launch import launch_digest, vllm_command, vllm_env
 from tests.helpers import processes_with, write_prompts, write_recipe
@@ -313,6 +313,18 @@ def test_a_merge_reads_the_target_from_the_journals_record_and_starts_no_server(
     (folder / "manifest.json").write_bytes(orjson.dumps(manifest))
     assert resolve_target(recipe, root, api_key=None, generate=False) == target
     assert not list((tmp_path / "standin").glob("standin-*.json"))
+
+
+def test_a_build_whose_launched_server_is_no_vllm_stops_it(tmp_path: Path) -> None:
+    """The stand-in answers /health but is no vLLM: asking it for the target fails, and the server
+    started for that question is stopped (a build through a launched vLLM: ``tests/real_vllm``)."""
+    recipe = load_recipe(_recipe(tmp_path))
+    with pytest.raises(ServerMismatch, match=r"has no /version: is it a vLLM server\?"):
+        run(recipe, RunOptions(journal_dir=tmp_path / "journals", progress="none"))
+    argv = _standin_record(tmp_path)["argv"]
+    port = int(argv[argv.index("--port") + 1])
+    assert held(_launch(recipe)) is None
+    _gone(port)
 
 
 def test_a_server_that_exits_at_start_is_an_error_with_its_log(tmp_path: Path) -> None:
