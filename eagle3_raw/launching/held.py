@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from eagle3_raw.launching.sections import LaunchSection, engine_of, launch_section, section_digest
+from eagle3_raw.launching.sections import LaunchSection, launch_section, launcher_of, section_digest
 
 if TYPE_CHECKING:
     from eagle3_raw.launching.process import LaunchedServer
@@ -45,7 +45,7 @@ def hold(recipe: Recipe, api_key: str | None) -> LaunchedServer:
         if not _exit_hook:
             atexit.register(release_all)
             _exit_hook = True
-        _held[digest] = server = engine_of(section).start(section, api_key, recipe.base_dir)
+        _held[digest] = server = launcher_of(section).start(section, api_key, recipe.base_dir)
         return server
 
 

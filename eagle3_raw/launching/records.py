@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from eagle3_raw.launching.sections import LaunchSection, engine_of, section_digest
+from eagle3_raw.launching.sections import LaunchSection, launcher_of, section_digest
 
 if TYPE_CHECKING:
     from eagle3_raw.journal import Journal
@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 def launch_record(section: LaunchSection, server: LaunchedServer) -> dict[str, Any]:
     """What a set's manifest keeps about one launch: the engine, the command, the model."""
-    engine = engine_of(section)
-    model = getattr(section, engine.model_field)
-    return {"kind": engine.launch, "command": server.shown_command, engine.model_field: model}
+    launcher = launcher_of(section)
+    model = getattr(section, launcher.model_field)
+    return {"kind": launcher.launch, "command": server.shown_command, launcher.model_field: model}
 
 
 def record_launch(journal: Journal, section: LaunchSection, server: LaunchedServer) -> None:

@@ -3,7 +3,7 @@
 ``server.launch: sglang`` starts what ``server.sglang`` describes (:class:`SGLangLaunch`),
 ``server.launch: vllm`` what ``server.vllm`` does (:class:`VLLMLaunch`). Everything else in this
 package (the held server, the manifest's record of launches, the target found from that record)
-works on a section through :func:`launch_section` and :func:`engine_of`, the same way for both.
+works on a section through :func:`launch_section` and :func:`launcher_of`, the same way for both.
 The engine's own facts (its command line, managed flags, environment, launch digest) are in its
 package: :mod:`eagle3_raw.sglang.launch`, :mod:`eagle3_raw.vllm.launch`.
 """
@@ -30,7 +30,7 @@ LaunchSection = SGLangLaunch | VLLMLaunch
 
 
 @dataclass(frozen=True)
-class Engine:
+class Launcher:
     """How eagle3_raw launches one engine from its section."""
 
     launch: str
@@ -50,17 +50,17 @@ class Engine:
         return f"server.{self.launch}"
 
 
-ENGINES: dict[type[Any], Engine] = {
-    SGLangLaunch: Engine(
+LAUNCHERS: dict[type[Any], Launcher] = {
+    SGLangLaunch: Launcher(
         "sglang", "SGLang", "model_path", sglang_digest,
         lambda launch, key, base_dir: start_sglang(launch, key, base_dir=base_dir),
     ),
-    VLLMLaunch: Engine(
+    VLLMLaunch: Launcher(
         "vllm", "vLLM", "model", vllm_digest,
         lambda launch, key, base_dir: start_vllm(launch, key, base_dir=base_dir),
     ),
 }  # fmt: skip
-"""Each launch section's class and its engine."""
+"""Each launch section's class and how its engine is launched."""
 
 
 def launch_section(recipe: Recipe) -> LaunchSection | None:
@@ -69,11 +69,11 @@ def launch_section(recipe: Recipe) -> LaunchSection | None:
     return {"sglang": server.sglang, "vllm": server.vllm}.get(server.launch or "")
 
 
-def engine_of(section: LaunchSection) -> Engine:
-    """The engine ``section`` starts."""
-    return ENGINES[type(section)]
+def launcher_of(section: LaunchSection) -> Launcher:
+    """How the engine of ``section`` is launched."""
+    return LAUNCHERS[type(section)]
 
 
 def section_digest(section: LaunchSection) -> str:
     """``section``'s launch digest (:func:`eagle3_raw.sglang.launch.launch_digest`, or vLLM's)."""
-    return engine_of(section).digest(section)
+    return launcher_of(section).digest(section)

@@ -10,8 +10,8 @@ guess that differs from the live server would fail every run's identity check. S
 - a set of this recipe (same name and fingerprint) whose manifest records this launch
   configuration (:func:`~eagle3_raw.launching.sections.section_digest`) and that is whole gives
   its target, and nothing starts: a load of a finished set, a merge or a push on a node without a
-  GPU never starts the engine. A merge (``generate=False``) also takes a set that is not whole yet (it then
-  says which shards are missing);
+  GPU never starts the engine. A merge (``generate=False``) also takes a set that is not whole yet
+  (it then says which shards are missing);
 - otherwise the server is started here, held (:mod:`.held`) for the run that follows, and asked.
 """
 
@@ -28,7 +28,7 @@ from eagle3_raw.journal.manifest import update_manifest
 from eagle3_raw.journal.roots import sets_of
 from eagle3_raw.launching.held import hold
 from eagle3_raw.launching.records import adding_launch
-from eagle3_raw.launching.sections import LaunchSection, engine_of, launch_section, section_digest
+from eagle3_raw.launching.sections import LaunchSection, launch_section, launcher_of, section_digest
 from eagle3_raw.run.preflight import check_before_launch
 from eagle3_raw.run.runtime import run_sync
 from eagle3_raw.run.shards import whole_count
@@ -48,7 +48,7 @@ def launched_target(recipe: Recipe, root: Path, *, api_key: str | None, generate
     if recorded is not None:
         return recorded
     if not generate:
-        section = engine_of(_section(recipe)).section
+        section = launcher_of(_section(recipe)).section
         raise FatalError(
             f"no set of recipe {recipe.name!r} built with this {section} configuration is in the "
             f"journal {root}: build the shards first (eagle3-raw build --shard i/N), or pass the "
