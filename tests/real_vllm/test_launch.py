@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,8 +46,11 @@ WEATHER = {
 }
 
 
-def _recipe_file(tmp_path: Path, venv: Path, model: Path, marker: str, *extra: str, **server: Any) -> Path:
-    write_prompts(tmp_path, 2)
+def _recipe_file(
+    tmp_path: Path, venv: Path, model: Path, marker: str, *extra: str, prompts: int = 2,
+    sampling: dict[str, Any] = SAMPLING, **server: Any,
+) -> Path:  # fmt: skip
+    write_prompts(tmp_path, prompts)
     vllm = {
         "model": str(model), "executable": [str(python(venv)), "-m", "vllm.entrypoints.openai.api_server"],
         "max_model_len": MAX_MODEL_LEN, "reasoning_parser": "qwen3", "tool_call_parser": "hermes",
@@ -56,7 +60,7 @@ def _recipe_file(tmp_path: Path, venv: Path, model: Path, marker: str, *extra: s
     }  # fmt: skip
     section = {"endpoints": None, "launch": "vllm", "vllm": vllm, **server}
     return write_recipe(
-        tmp_path, endpoints=[], server=section, model={"tokenizer": str(model)}, sampling=SAMPLING
+        tmp_path, endpoints=[], server=section, model={"tokenizer": str(model)}, sampling=sampling
     )
 
 
@@ -147,38 +151,42 @@ def _expected_row(url: str, model: str, prompt: str) -> tuple[list[int], list[in
     return tokenized["tokens"], answer["choices"][0]["token_ids"]
 
 
-_CLIENT = """
-import sys
-from eagle3_raw.launching.held import hold
-from eagle3_raw.recipe import load_recipe
-server = hold(load_recipe(sys.argv[1]), None)
-print(server.port, flush=True)
-sys.stdin.read()
-"""
-
-
-def test_kill_9_of_the_launching_process_leaves_no_real_server_process(
+def test_kill_9_of_a_build_through_the_launched_server_leaves_no_real_server_process(
     tmp_path: Path, real_vllm_venv: Path, vllm_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    """``eagle3-raw build`` with ``launch: vllm``, killed with SIGKILL while the server generates its
+    rows: the guard's pipe closes with the build, and the guard stops the server's process group."""
     marker = uuid.uuid4().hex
-    recipe = _recipe_file(tmp_path, real_vllm_venv, vllm_model, marker)
-    client = subprocess.Popen(
-        [sys.executable, "-c", _CLIENT, str(recipe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    long = {"max_new_tokens": 256, "temperature": 0.0}  # 200 x 256 ids: far longer than the wait below
+    recipe = _recipe_file(tmp_path, real_vllm_venv, vllm_model, marker, prompts=200, sampling=long)
+    log = tmp_path / "build.log"
+    with log.open("wb") as out:
+        build = subprocess.Popen(
+            [sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet", "--journal-dir",
+             str(tmp_path / "journals"), "--cache-dir", str(tmp_path / "cache")],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
     try:
-        assert client.stdout is not None
-        assert client.stdout.readline().strip().isdigit(), "the client did not start the server"
+        wait_until(lambda: "starting the vLLM server" in log.read_text() or build.poll() is not None, 120)
+        started = re.search(r"starting the vLLM server: .* \(log (\S+)\)", log.read_text())
+        assert started, log.read_text()[-3000:]
+        server_log = Path(started[1])
+
+        def generating() -> bool:  # the build's requests reach the server (its access log)
+            return "POST /v1/completions" in server_log.read_text(errors="replace")
+
+        wait_until(lambda: generating() or build.poll() is not None, timeout=STARTUP)
+        assert build.poll() is None, log.read_text()[-3000:]
         assert len(processes_marked(marker)) >= 4  # the guard, the API server, the engine core, its worker
-        client.send_signal(signal.SIGKILL)
-        assert client.wait(30) == -signal.SIGKILL
+        build.send_signal(signal.SIGKILL)
+        assert build.wait(30) == -signal.SIGKILL
         killed = time.monotonic()
         # the guard's pipe closed: SIGTERM to the server's group, SIGKILL after stop_timeout
         wait_until(lambda: not processes_marked(marker), timeout=STOP + 60)
         record(tmp_path_factory, launch_kill9_gone_seconds=round(time.monotonic() - killed, 1))
     finally:
-        if client.poll() is None:
-            client.kill()
+        if build.poll() is None:
+            build.kill()
 
 
 def test_a_flag_vllm_does_not_know_fails_the_start_with_vllms_own_message(
