@@ -29,6 +29,7 @@ ENDPOINTS: dict[str, Any] = {
     "sampling": {"max_new_tokens": 8},
 }
 SGLANG = {**ENDPOINTS, "server": {"launch": "sglang", "sglang": {"model_path": "org/m"}}}
+VLLM = {**ENDPOINTS, "server": {"launch": "vllm", "vllm": {"model": "org/m"}}}
 REFERENCE = {**ENDPOINTS, "server": {"launch": "reference"}}
 ROLLOUT = {**ENDPOINTS, "turns": "rollout", "rollout": {"merge": "auto"}}
 MIXTURE = {
@@ -38,6 +39,7 @@ MIXTURE = {
 BASES = {
     "endpoints": ENDPOINTS,
     "sglang": SGLANG,
+    "vllm": VLLM,
     "reference": REFERENCE,
     "rollout": ROLLOUT,
     "mixture": MIXTURE,
@@ -55,8 +57,9 @@ FIELDS: dict[str, list[str]] = {
           ("tokenizer", "revision", "trust_remote_code", "chat_template", "chat_template_kwargs",
            "reasoning_effort", "render", "render_date", "tokeniser")),
         *(f"server.{k}" for k in
-          ("endpoints", "launch", "launch_args", "sglang", "api_key_env", "max_in_flight", "request_timeout",
-           "connect_timeout", "max_retries", "wait_for_server", "startup_timeout", "endpoint")),
+          ("endpoints", "launch", "launch_args", "sglang", "vllm", "api_key_env", "max_in_flight",
+           "request_timeout", "connect_timeout", "max_retries", "wait_for_server", "startup_timeout",
+           "endpoint")),
         *(f"sampling.{k}" for k in
           ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
            "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "stop_regex", "json_schema",
@@ -72,6 +75,14 @@ FIELDS: dict[str, list[str]] = {
           ("model_path", "revision", "served_model_name", "tp_size", "dp_size", "context_length",
            "reasoning_parser", "tool_call_parser", "trust_remote_code", "deterministic", "extra_args",
            "executable", "env", "startup_timeout", "stop_timeout", "log_dir", "model")),
+    ],
+    "vllm": [
+        "server.endpoints", "server.launch", "server.launch_args", "server.sglang", "server.vllm",
+        "server.startup_timeout",
+        *(f"server.vllm.{k}" for k in
+          ("model", "revision", "served_model_name", "tensor_parallel_size", "data_parallel_size",
+           "max_model_len", "reasoning_parser", "tool_call_parser", "trust_remote_code", "seed", "extra_args",
+           "executable", "env", "startup_timeout", "stop_timeout", "log_dir", "model_path")),
     ],
     "reference": ["server.endpoints", "server.launch", "server.launch_args", "server.sglang",
                   "server.startup_timeout"],
@@ -122,6 +133,23 @@ SPECIAL: list[tuple[str, str, Any]] = [
     ("sglang", "server.sglang.env", {"1A": "x"}),
     ("sglang", "server.sglang.env", {"A": 1}),
     ("sglang", "server.sglang.executable", [8]),
+    ("vllm", "server.vllm.tensor_parallel_size", 4097),
+    ("vllm", "server.vllm.max_model_len", 7),
+    ("vllm", "server.vllm.extra_args", ["--port", "1"]),
+    ("vllm", "server.vllm.extra_args", ["--tp", "2"]),
+    ("vllm", "server.vllm.extra_args", ["-tp", "2"]),
+    ("vllm", "server.vllm.extra_args", ["--tensor_parallel_size=2"]),
+    ("vllm", "server.vllm.extra_args", ["--no-enable-scale-out"]),
+    ("vllm", "server.vllm.extra_args", ["--generation-config", "auto"]),
+    ("vllm", "server.vllm.extra_args", ["--config", "c.yaml"]),
+    ("vllm", "server.vllm.extra_args", ["--api-key=x"]),
+    ("vllm", "server.vllm.extra_args", ["--hf-token", "x"]),
+    ("vllm", "server.vllm.extra_args", ["--max-num-seqs", "-1", "--long-prefill-token-threshold", "8"]),
+    ("vllm", "server.vllm.model", " "),
+    ("vllm", "server.vllm.env", {"VLLM_API_KEY": "x"}),
+    ("vllm", "server.vllm.env", {"VLLM_NO_USAGE_STATS": "0"}),
+    ("vllm", "server.vllm.env", {"VLLM_TARGET_DEVICE": "cpu"}),
+    ("vllm", "server.vllm.executable", [8]),
     ("reference", "server.launch_args", ["--slots", "2"]),
     ("reference", "server.launch_args", ["--port", "2"]),
     ("reference", "server.launch_args", ["--slots"]),

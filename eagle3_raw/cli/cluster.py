@@ -99,8 +99,8 @@ def _slurm(args: argparse.Namespace) -> int:
 def _add_ray(sub: SubParsers) -> None:
     parser = sub.add_parser(
         "ray", help="run the recipe's shards as tasks on a Ray cluster, then merge",
-        description="One Ray task per shard (each starting its own server with server.launch: sglang, "
-        "or sending to server.endpoints), into a journal every node shares; then the merge. "
+        description="One Ray task per shard (each starting its own server with server.launch: sglang "
+        "or vllm, or sending to server.endpoints), into a journal every node shares; then the merge. "
         "Needs pip install 'eagle3_raw[ray]'.",
     )  # fmt: skip
     add_recipe_arguments(parser)

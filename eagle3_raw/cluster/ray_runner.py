@@ -3,8 +3,8 @@
 Each shard is one task (``num_cpus``/``num_gpus`` as asked, so Ray places one per GPU node when
 ``num_gpus`` is the node's count); the task knows its shard from ``EAGLE3_RAW_RAY_SHARD``, set in
 its runtime environment (:mod:`.environment`), and runs the build in the worker process: with
-``server.launch: sglang`` it starts its own SGLang server on its node (on the GPUs Ray gave it) and
-stops it when it ends; with ``server.endpoints`` every task sends to those. Every task writes the
+``server.launch: sglang`` (or ``vllm``) it starts its own server on its node (on the GPUs Ray gave
+it) and stops it when it ends; with ``server.endpoints`` every task sends to those. Every task writes the
 journal on storage all nodes share (``journal_dir``); a task Ray retries (a node lost) resumes
 from it. Once every task has finished, the driver merges the set from the journal (no request).
 

@@ -4,8 +4,8 @@ Two sbatch scripts are written into the job folder:
 
 - ``shards.sbatch``: an array of N tasks, one node each. Task i runs ``eagle3-raw build RECIPE
   --shard auto`` (shard i/N from ``SLURM_ARRAY_TASK_*``, :mod:`.environment`) into the journal on
-  shared storage; with ``server.launch: sglang`` the build starts its node's SGLang server and
-  stops it when it ends. On SIGTERM (preemption, ``scancel``) or SIGUSR1 (sent ``signal_seconds``
+  shared storage; with ``server.launch: sglang`` (or ``vllm``) the build starts its node's server
+  and stops it when it ends. On SIGTERM (preemption, ``scancel``) or SIGUSR1 (sent ``signal_seconds``
   before the time limit: ``--signal=B:USR1@S``) the script passes SIGTERM to the build, which aborts
   its in-flight requests, flushes the journal and exits 130; the script then requeues its own task
   (``scontrol requeue <array job>_<task>``, allowed by ``--requeue``; a task being cancelled is not

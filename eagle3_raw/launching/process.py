@@ -40,7 +40,9 @@ class LaunchSpec:
     command: Callable[[int], list[str]]
     """The command line for a port."""
     name: str
-    """What it is, for messages (``SGLang``)."""
+    """What it is, for messages (``SGLang``, ``vLLM``)."""
+    section: str
+    """The recipe section it comes from, for messages (``server.sglang``)."""
     env: Mapping[str, str]
     startup_timeout: float
     stop_timeout: float
@@ -102,7 +104,7 @@ class LaunchedServer:
         self.stop()
         raise ServerUnreachable(
             f"the {self.spec.name} server did not answer /health within {self.spec.startup_timeout:g} s "
-            f"(server.sglang.startup_timeout): {self.shown_command}{self.tail()}"
+            f"({self.spec.section}.startup_timeout): {self.shown_command}{self.tail()}"
         )
 
     def tail(self, lines: int = _TAIL_LINES) -> str:

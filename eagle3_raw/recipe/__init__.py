@@ -54,6 +54,7 @@ from eagle3_raw.recipe.schema import (
     SGLangLaunch,
     SplitsConfig,
     Turns,
+    VLLMLaunch,
 )
 from eagle3_raw.recipe.values import MAX_MIXTURE, check_url
 from eagle3_raw.sglang.sampling import (
@@ -89,6 +90,7 @@ __all__ = [
     "ServerConfig",
     "SplitsConfig",
     "Turns",
+    "VLLMLaunch",
     "apply_overrides",
     "canonical_params",
     "check_not_kept_copy",

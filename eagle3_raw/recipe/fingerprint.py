@@ -23,7 +23,7 @@ from eagle3_raw.recipe.sampling import canonical_params
 from eagle3_raw.resources import reference_model_dir
 
 if TYPE_CHECKING:  # the schema's Recipe names this module's functions: types only, no import circle
-    from eagle3_raw.recipe.schema import ExportConfig, Recipe, SGLangLaunch, SplitsConfig
+    from eagle3_raw.recipe.schema import ExportConfig, Recipe, SGLangLaunch, SplitsConfig, VLLMLaunch
 
 REFERENCE_TOKENIZER = "reference"
 """``model.tokenizer`` value naming the built-in reference model's tokenizer."""
@@ -49,8 +49,11 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     server = asdict(recipe.server)
     server["endpoints"] = list(recipe.server.endpoints)
     server["launch_args"] = list(recipe.server.launch_args)
-    server["sglang"] = _sglang_dict(recipe.server.sglang)
-    if recipe.server.launch == "sglang":  # SGLang's own is server.sglang.startup_timeout
+    server["sglang"] = _launch_dict(recipe.server.sglang)
+    server["vllm"] = _launch_dict(recipe.server.vllm)
+    if server["vllm"] is None:  # written only when set: recipes without one are as before
+        del server["vllm"]
+    if recipe.server.launch in ("sglang", "vllm"):  # their own is in their section
         del server["startup_timeout"]
     sampling = recipe.sampling
     return {
@@ -75,8 +78,8 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def _sglang_dict(launch: SGLangLaunch | None) -> dict[str, Any] | None:
-    """``server.sglang`` as YAML-ready data (lists, not tuples), or None."""
+def _launch_dict(launch: SGLangLaunch | VLLMLaunch | None) -> dict[str, Any] | None:
+    """``server.sglang`` or ``server.vllm`` as YAML-ready data (lists, not tuples), or None."""
     if launch is None:
         return None
 

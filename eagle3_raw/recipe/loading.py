@@ -177,7 +177,7 @@ def _one_server_kind(raw: dict[str, Any], items: Sequence[tuple[str, Any]]) -> d
     if not isinstance(server, dict) or server.get(dropped) in (None, [], ""):
         return raw
     log.info("%s is overridden: the recipe's server.%s (%r) is not used", kept, dropped, server[dropped])
-    unused = {"sglang": None} if kept == "server.endpoints" and "sglang" in server else {}
+    unused = {name: None for name in ("sglang", "vllm") if kept == "server.endpoints" and name in server}
     return {**raw, "server": {**server, dropped: None, **unused}}
 
 

@@ -39,7 +39,7 @@ Turns = Literal["last", "all", "rollout"]
 Merge = Literal["auto", "never"]
 Render = Literal["auto", "server", "local"]
 OnTruncation = Literal["keep", "drop"]
-Launch = Literal["reference", "sglang"]
+Launch = Literal["reference", "sglang", "vllm"]
 Engine = Literal["sglang", "vllm"]
 
 LAUNCH_ENGINES: Mapping[str, str] = {"reference": "sglang", "sglang": "sglang", "vllm": "vllm"}
@@ -173,6 +173,80 @@ class SGLangLaunch:
 
 
 @dataclass(frozen=True)
+class VLLMLaunch:
+    """``server.vllm``: the vLLM server ``server.launch: vllm`` starts for the run, on 127.0.0.1 and a
+    free port (:mod:`eagle3_raw.launching`; its command and environment:
+    :mod:`eagle3_raw.vllm.launch`). Not part of the fingerprint: the model it serves (what it
+    reports) is part of the set's config id, as for any server."""
+
+    model: str = field(
+        metadata=text(
+            "a Hub model id or a folder on the server's node",
+            help="--model: a Hub model id or a folder on the node that runs the server.",
+        )
+    )
+    revision: str | None = field(default=None, metadata=text(_REVISION))
+    served_model_name: str | None = field(default=None, metadata=text())
+    tensor_parallel_size: int = field(default=1, metadata=integer(minimum=1, maximum=4096))
+    data_parallel_size: int = field(default=1, metadata=integer(minimum=1, maximum=4096))
+    max_model_len: int | None = field(default=None, metadata=integer(minimum=8))
+    reasoning_parser: str | None = field(default=None, metadata=text("a vLLM reasoning parser name"))
+    tool_call_parser: str | None = field(
+        default=None,
+        metadata=text(
+            "a vLLM tool-call parser name",
+            help="--tool-call-parser, with --enable-auto-tool-choice (vLLM needs both for tool calls).",
+        ),
+    )
+    trust_remote_code: bool = field(default=False, metadata=flag())
+    seed: int = field(
+        default=0,
+        metadata=integer(
+            minimum=0, help="--seed: with it, a request's own seed decides its sample (vLLM's default 0)."
+        ),
+    )
+    extra_args: tuple[str, ...] = field(
+        default=(),
+        metadata=strings(
+            help="Any other vLLM server flags (not the ones above, nor host, port, keys or --config)."
+        ),
+    )
+    executable: tuple[str, ...] = field(
+        default=(),
+        metadata=strings(
+            help="The command before the flags; empty: this Python's -m vllm.entrypoints.openai.api_server."
+        ),
+    )
+    env: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=custom(
+            values.environment,
+            "a mapping of variable names to strings",
+            kind="mapping",
+            help="Variables added to the server's environment (e.g. CUDA_VISIBLE_DEVICES); usage "
+            "statistics are always off.",
+        ),
+    )
+    startup_timeout: float = field(
+        default=1800.0,
+        metadata=seconds(
+            help="Seconds to wait for /health before giving up (the error shows the log's tail)."
+        ),
+    )
+    stop_timeout: float = field(
+        default=30.0, metadata=seconds(help="Seconds between SIGTERM and SIGKILL when the server is stopped.")
+    )
+    log_dir: str | None = field(
+        default=None,
+        metadata=text(
+            "a folder",
+            help="Keep the server's log in this folder (default: a temporary file, removed after a "
+            "clean stop).",
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Transport: where requests go and how patiently. Never part of the fingerprint."""
 
@@ -194,6 +268,7 @@ class ServerConfig:
     sglang: SGLangLaunch | None = field(
         default=None, metadata=custom(values.sglang_section, section=SGLangLaunch)
     )
+    vllm: VLLMLaunch | None = field(default=None, metadata=custom(values.vllm_section, section=VLLMLaunch))
     api_key_env: str | None = field(default=None, metadata=text("an environment variable name"))
     max_in_flight: int | None = field(default=None, metadata=integer(minimum=1))
     request_timeout: float = field(default=600.0, metadata=seconds())
@@ -206,7 +281,8 @@ class ServerConfig:
             values.reference_startup_timeout,
             kind="seconds",
             help="With launch: reference: seconds to wait for the launched server's /health (a loaded "
-            "machine can take long to start Python); launch: sglang has server.sglang.startup_timeout.",
+            "machine can take long to start Python); launch: sglang has server.sglang.startup_timeout "
+            "(vllm: server.vllm.startup_timeout).",
         ),
     )
 

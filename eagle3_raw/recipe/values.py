@@ -1,6 +1,7 @@
 """The rules of the recipe fields that a kind alone does not cover (a field's ``convert`` or
 ``check`` in :mod:`eagle3_raw.recipe.schema`): names, dates, URLs, which server a recipe launches,
-SGLang's launch section and sampling parameters, the mixture, the rollout parsers, the export sizes.
+the launch sections (SGLang's, vLLM's) and sampling parameters, the mixture, the rollout parsers,
+the export sizes.
 
 Each rule gets the value as the recipe gives it (MISSING when absent) and the :class:`At` of its
 field (its path, the fields of its section read before it), and returns the field's value or raises
@@ -21,6 +22,7 @@ from eagle3_raw.recipe.fields import MISSING, did_you_mean, is_int, is_number
 from eagle3_raw.recipe.parsing import At, read_section
 from eagle3_raw.recipe.sampling import check_min_new_tokens, checked_params
 from eagle3_raw.sglang.launch import check_sglang_launch
+from eagle3_raw.vllm.launch import check_vllm_launch
 
 MAX_MIXTURE = 64
 """The most components a sampling mixture may have."""
@@ -90,8 +92,9 @@ def check_one_server(launch: str | None, at: At) -> None:
     given = at.parsed["endpoints"]
     if not given and launch is None:
         raise RecipeError(
-            f"{at.prefix}endpoints", [], "give at least one URL, or set server.launch: reference (or sglang)"
-        )
+            f"{at.prefix}endpoints", [],
+            "give at least one URL, or set server.launch: reference (or sglang, vllm)",
+        )  # fmt: skip
     if given and launch is not None:
         raise RecipeError(
             at.path, launch,
@@ -100,44 +103,67 @@ def check_one_server(launch: str | None, at: At) -> None:
         )  # fmt: skip
 
 
+_ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
+"""The engines ``server.launch`` starts, each with a section of its own (``server.<launch>``)."""
+
+
 def launch_args(value: Any, at: At) -> tuple[str, ...]:
-    """``server.launch_args``: serve-reference flags, refused with ``launch: sglang``."""
+    """``server.launch_args``: serve-reference flags, refused with ``launch: sglang`` or ``vllm``."""
     args = at.as_kind(value)
-    if args and at.parsed["launch"] == "sglang":
-        raise RecipeError(at.path, args, "serve-reference flags; SGLang's go in server.sglang.extra_args")
+    launch = at.parsed["launch"]
+    if args and launch in _ENGINES:
+        raise RecipeError(
+            at.path, args, f"serve-reference flags; {_ENGINES[launch]}'s go in server.{launch}.extra_args"
+        )
     return tuple(str(a) for a in args)
 
 
 def sglang_section(value: Any, at: At) -> Any:
     """``server.sglang``, required by ``launch: sglang`` and refused without it."""
-    value = _given(value)
-    launch = at.parsed["launch"]
-    if value is None:
-        if launch == "sglang":
-            raise RecipeError(
-                at.path, None, "required with server.launch: sglang: at least {model_path: ...}"
-            )
-        return None
-    if launch != "sglang":
-        raise RecipeError(
-            at.path, "...", "only read with server.launch: sglang; set it, or remove the section"
-        )
-    launch_config = at.build(read_section(value, at, required=True), f"{at.path}.")
-    check_sglang_launch(launch_config)
+    launch_config = _engine_section(value, at, "sglang", "model_path")
+    if launch_config is not None:
+        check_sglang_launch(launch_config)
     return launch_config
 
 
+def vllm_section(value: Any, at: At) -> Any:
+    """``server.vllm``, required by ``launch: vllm`` and refused without it."""
+    launch_config = _engine_section(value, at, "vllm", "model")
+    if launch_config is not None:
+        check_vllm_launch(launch_config)
+    return launch_config
+
+
+def _engine_section(value: Any, at: At, engine: str, model_field: str) -> Any:
+    """The section of ``engine`` as its class (None when absent, as it must be unless
+    ``server.launch`` is ``engine``)."""
+    value = _given(value)
+    launch = at.parsed["launch"]
+    if value is None:
+        if launch == engine:
+            raise RecipeError(
+                at.path, None, f"required with server.launch: {engine}: at least {{{model_field}: ...}}"
+            )
+        return None
+    if launch != engine:
+        raise RecipeError(
+            at.path, "...", f"only read with server.launch: {engine}; set it, or remove the section"
+        )
+    return at.build(read_section(value, at, required=True), f"{at.path}.")
+
+
 def reference_startup_timeout(value: Any, at: At) -> float:
-    """``server.startup_timeout``: the reference server's; SGLang's is in ``server.sglang``."""
-    if value is not MISSING and at.parsed["launch"] == "sglang":
-        why = "applies to launch: reference; SGLang's is server.sglang.startup_timeout"
+    """``server.startup_timeout``: the reference server's; SGLang's and vLLM's are in their sections."""
+    launch = at.parsed["launch"]
+    if value is not MISSING and launch in _ENGINES:
+        why = f"applies to launch: reference; {_ENGINES[launch]}'s is server.{launch}.startup_timeout"
         raise RecipeError(at.path, value, why)
     seconds: float = at.as_kind(value)
     return seconds
 
 
 def environment(value: Any, at: At) -> dict[str, str]:
-    """``server.sglang.env``: variable names to string values."""
+    """``server.sglang.env``, ``server.vllm.env``: variable names to string values."""
     variables = at.as_kind(value)
     for name, text in variables.items():
         if (

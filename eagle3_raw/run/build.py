@@ -43,8 +43,9 @@ from eagle3_raw.journal.sets import union_keys
 from eagle3_raw.journal.spill import spill_root
 from eagle3_raw.journal.unmade import summarize_unmade
 from eagle3_raw.launching.held import held, release, serving
+from eagle3_raw.launching.records import record_launch as record
 from eagle3_raw.launching.reference import recipe_endpoints
-from eagle3_raw.launching.sglang import record_launch as record
+from eagle3_raw.launching.sections import launch_section
 from eagle3_raw.launching.target import launched_target
 from eagle3_raw.redact import scrub
 from eagle3_raw.run.checks import ServerChecks, sample_conversations
@@ -184,27 +185,28 @@ def _run(recipe: Recipe, options: RunOptions, target: Target) -> RunResult:
 
 def launched_endpoints(recipe: Recipe) -> contextlib.AbstractContextManager[tuple[str, ...]]:
     """The recipe's endpoints, or the server started for the run if it asks for one: the reference
-    server (its key through the environment), or SGLang (:mod:`eagle3_raw.launching`: the one
-    started to learn the target if there is one; its key in a private file). Either is stopped when
-    the block ends, however it ends; neither outlives this process. What would fail every row (a
-    missing prompt source, a bad template) is raised before a server starts."""
+    server (its key through the environment), or SGLang or vLLM (:mod:`eagle3_raw.launching`: the
+    one started to learn the target if there is one; SGLang's key in a private file, vLLM's in its
+    environment). Each is stopped when the block ends, however it ends; none outlives this process.
+    What would fail every row (a missing prompt source, a bad template) is raised before a server
+    starts."""
     if recipe.server.launch == "reference" or (recipe.server.launch is not None and not _held(recipe)):
         check_before_launch(recipe)
-    if recipe.server.launch == "sglang":
+    if launch_section(recipe) is not None:
         return serving(recipe, api_key(recipe))
 
     return recipe_endpoints(recipe, api_key(recipe))
 
 
 def _held(recipe: Recipe) -> bool:
-    return recipe.server.sglang is not None and held(recipe.server.sglang) is not None
+    section = launch_section(recipe)
+    return section is not None and held(section) is not None
 
 
 def release_launched(recipe: Recipe) -> None:
-    """Stop the SGLang server held for ``recipe`` since its target was resolved, if any (a build
-    that found its set whole, or read it from the ``datasets`` cache, sends it nothing)."""
-    if recipe.server.launch == "sglang":
-        release(recipe.server.sglang)
+    """Stop the SGLang or vLLM server held for ``recipe`` since its target was resolved, if any (a
+    build that found its set whole, or read it from the ``datasets`` cache, sends it nothing)."""
+    release(launch_section(recipe))
 
 
 def api_key(recipe: Recipe) -> str | None:
@@ -543,14 +545,12 @@ def _default_in_flight(identities: Sequence[ServerIdentity]) -> int:
 
 
 def record_launch(journal: Journal, recipe: Recipe) -> None:
-    """Record the SGLang server this run launched (its command, redacted) in the set's manifest."""
-    launch = recipe.server.sglang
-    if recipe.server.launch != "sglang" or launch is None:
-        return
-
-    server = held(launch)
-    if server is not None:
-        record(journal, launch, server)
+    """Record the SGLang or vLLM server this run launched (its command, redacted) in the set's
+    manifest."""
+    section = launch_section(recipe)
+    server = held(section) if section is not None else None
+    if section is not None and server is not None:
+        record(journal, section, server)
 
 
 def fresh_manifest(recipe: Recipe, target: Target) -> dict[str, Any]:
@@ -654,7 +654,7 @@ def resolve_target(
         )
         target = choose_render(recipe, target_of([identity], "reference"), cannot)
         return with_rollout_parsers(recipe, target, identity)
-    if recipe.server.launch == "sglang":
+    if launch_section(recipe) is not None:  # launch: sglang or vllm
         return launched_target(recipe, journal_root, api_key=api_key, generate=generate)
     identities, errors, cannot = run_sync(lambda: ask_identities(recipe, api_key, recipe.server.endpoints))
     if identities:
