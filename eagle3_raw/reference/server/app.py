@@ -19,6 +19,7 @@ from eagle3_raw.reference.server.model import Model
 from eagle3_raw.reference.server.replies import json_response
 from eagle3_raw.reference.server.state import ServerState
 from eagle3_raw.reference.server.utility import Utility
+from eagle3_raw.reference.vllmapi.app import build_vllm_app
 from eagle3_raw.sglang import protocol as p
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -100,7 +101,8 @@ async def serve(config: ServerConfig, *, ready: Callable[[str], None] | None = N
         trust_remote_code=config.trust_remote_code,
     )
     state = ServerState(config, model)
-    runner = web.AppRunner(build_app(state), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    app = build_app(state) if config.vllm is None else build_vllm_app(state)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
         await web.TCPSite(runner, config.host, config.port, reuse_address=True).start()
