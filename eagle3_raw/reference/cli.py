@@ -19,9 +19,10 @@ from eagle3_raw.reference import READY
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
 from eagle3_raw.reference.options import add_reference_options, protocol_of, redacted
-from eagle3_raw.reference.server import ServerConfig
+from eagle3_raw.reference.server import ServerConfig, build_app
 from eagle3_raw.reference.server import serve as run_server
 from eagle3_raw.reference.vllm_cli import add_vllm_arguments, vllm_config_from_args
+from eagle3_raw.reference.vllmapi.app import build_vllm_app
 
 if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
@@ -230,7 +231,8 @@ async def _serve_until_signalled(
     if exit_with_stdin:
         threading.Thread(target=_cancel_at_stdin_eof, args=(loop, task), daemon=True).start()
     try:
-        await run_server(config, ready=ready)
+        build = build_app if config.vllm is None else build_vllm_app
+        await run_server(config, ready=ready, build=build)
     except asyncio.CancelledError:
         return
 
