@@ -22,7 +22,8 @@ MAX_MODEL_LEN = 512
 EOS = 6139  # <|im_end|> of the packaged tokenizer
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}  # fmt: skip
 CONVERSATIONS: dict[str, dict[str, Any]] = {
     "plain": {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]},
     "system_turns": {"messages": [
@@ -141,7 +142,10 @@ def test_the_eos_id_stops_with_a_null_stop_reason_unless_ignore_eos(vllm: Refere
 
 def test_max_tokens_past_the_context_is_cut_to_fit(vllm: ReferenceProcess) -> None:
     ids = [9] * (MAX_MODEL_LEN - 4)
-    for reply in (complete(vllm, ids, max_tokens=8, ignore_eos=True), generate(vllm, ids, max_tokens=8, ignore_eos=True)):
+    for reply in (
+        complete(vllm, ids, max_tokens=8, ignore_eos=True),
+        generate(vllm, ids, max_tokens=8, ignore_eos=True),
+    ):
         choice = reply.json()["choices"][0]
         assert (len(choice["token_ids"]), choice["finish_reason"]) == (4, "length")
 
@@ -159,7 +163,8 @@ def test_a_prompt_that_fills_or_passes_the_context_is_a_400(vllm: ReferenceProce
     tokens = generate(vllm, [9] * (MAX_MODEL_LEN + 1), max_tokens=1)
     assert tokens.status == 400 and tokens.json()["error"]["param"] is None
     assert tokens.json()["error"]["message"].startswith(
-        f"The decoder prompt (length {MAX_MODEL_LEN + 1}) is longer than the maximum model length of {MAX_MODEL_LEN}."
+        f"The decoder prompt (length {MAX_MODEL_LEN + 1}) is longer than the maximum model length "
+        f"of {MAX_MODEL_LEN}."
     )
 
 
@@ -171,7 +176,10 @@ def test_refusals_name_what_vllm_names(vllm: ReferenceProcess) -> None:
     assert complete(vllm, ids, model=served).status == 200
     hot = complete(vllm, ids, temperature=-1).json()["error"]
     assert hot["param"] == "temperature" and hot["message"].startswith("temperature must be non-negative")
-    assert complete(vllm, [10**6]).json()["error"]["message"] == "Token id 1000000 is out of vocabulary (parameter=prompt)"
+    assert (
+        complete(vllm, [10**6]).json()["error"]["message"]
+        == "Token id 1000000 is out of vocabulary (parameter=prompt)"
+    )
     assert post(vllm, "/inference/v1/generate", {"token_ids": ids}).status == 400  # sampling_params required
 
 
