@@ -170,3 +170,19 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def test_the_vllm_mode_generates_what_the_sglang_mode_does(launch: Launch) -> None:
+    """Same engine: the same ids and sampling (vLLM's names) give the same output on both protocols."""
+    sglang, vllm = launch(), launch(*VLLM, "--enable-scale-out")
+    for sampling in ({"temperature": 0}, {"temperature": 0.8, "top_p": 0.9, "seed": 7}):
+        sglang_params = {
+            "max_new_tokens": 64,
+            **{("sampling_seed" if k == "seed" else k): v for k, v in sampling.items()},
+        }
+        expected = request(
+            sglang.url, "/generate", {"input_ids": PROMPT, "sampling_params": sglang_params}
+        ).json()
+        got = request(vllm.url, "/inference/v1/generate",
+                      {"token_ids": PROMPT, "sampling_params": {"max_tokens": 64, **sampling}}).json()  # fmt: skip
+        assert got["choices"][0]["token_ids"] == expected["output_ids"]

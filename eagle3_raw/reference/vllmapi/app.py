@@ -85,7 +85,10 @@ def build_vllm_app(state: ServerState) -> web.Application:
         (method, path, handler if enabled else _scale_out_disabled) for method, path, handler in scale_out
     ]
     if dev_mode():
-        routes += [("GET", "/server_info", info.server_info), ("GET", "/weight_info", info.weight_info)]
+        routes += [
+            ("GET", "/server_info", info.server_info), ("GET", "/weight_info", info.weight_info),
+            ("POST", "/reset_prefix_cache", info.reset_prefix_cache),
+        ]  # fmt: skip
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)
     return app

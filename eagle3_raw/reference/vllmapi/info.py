@@ -1,6 +1,7 @@
 """What the server reports about itself in vLLM mode: ``/health`` (no generation), ``/version``,
 ``/v1/models`` (``ModelList``), and in dev mode (``VLLM_SERVER_DEV_MODE=1`` in the server's
-environment, read at start) ``/server_info?config_format=json`` and ``/weight_info``; plus
+environment, read at start) ``/server_info?config_format=json``, ``/weight_info`` and
+``POST /reset_prefix_cache``; plus
 ``POST /inference/v1/abort_requests``. The reference's own ``/reference/stats`` stay the SGLang
 mode's (:class:`eagle3_raw.reference.server.info.Info`).
 """
@@ -86,6 +87,12 @@ class VLLMInfo:
             name: os.environ[name] for name in _REPORTED_ENV if name in os.environ and name != "VLLM_API_KEY"
         }
         return {"vllm_config": vllm_config, "vllm_env": env, "system_env": {}}
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.StreamResponse:
+        """Dev mode's ``POST /reset_prefix_cache``: empties the prefix cache; 200, empty body."""
+        if self.state.cache is not None:
+            self.state.cache.clear()
+        return web.Response(status=200)
 
     async def weight_info(self, request: web.Request) -> web.StreamResponse:
         return json_response({"weight_version": self.state.model.weight_version})
