@@ -183,6 +183,6 @@ def test_the_vllm_mode_generates_what_the_sglang_mode_does(launch: Launch) -> No
         expected = request(
             sglang.url, "/generate", {"input_ids": PROMPT, "sampling_params": sglang_params}
         ).json()
-        got = request(vllm.url, "/inference/v1/generate",
-                      {"token_ids": PROMPT, "sampling_params": {"max_tokens": 64, **sampling}}).json()  # fmt: skip
+        body = {"token_ids": PROMPT, "sampling_params": {"max_tokens": 64, **sampling}}
+        got = request(vllm.url, "/inference/v1/generate", body).json()
         assert got["choices"][0]["token_ids"] == expected["output_ids"]
