@@ -19,7 +19,7 @@ from tests.reference.wire import Reply, get, request
 FLAGS = ("--protocol", "vllm", "--enable-scale-out", "--reasoning-parser", "qwen3",
          "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--max-model-len", "512")  # fmt: skip
 MAX_MODEL_LEN = 512
-EOS = 6139  # <|im_end|> of the packaged tokenizer
+EOS, TOOL_CALL = 6139, 6142  # <|im_end|> and <tool_call> of the packaged tokenizer
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather of a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -241,3 +241,31 @@ def test_dev_mode_server_info_and_weight_info(vllm: ReferenceProcess) -> None:
     assert config["parallel_config"] == {"tensor_parallel_size": 1, "data_parallel_size": 1}
     assert config["speculative_config"] is None and config["scheduler_config"]["max_num_seqs"] >= 1
     assert get(vllm.url, "/weight_info").json() == {"weight_version": "default"}
+
+
+def test_tokenize_continues_a_final_assistant_message(vllm: ReferenceProcess) -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I"}]
+    body = {"messages": messages, "add_generation_prompt": False, "continue_final_message": True}
+    expected = load_tokenizer().apply_chat_template(
+        messages, add_generation_prompt=False, continue_final_message=True, tokenize=True, return_dict=False
+    )
+    assert post(vllm, "/tokenize", body).json()["tokens"] == list(expected)
+    both = post(vllm, "/tokenize", {**body, "add_generation_prompt": True})
+    assert both.status == 400 and "continue_final_message" in both.json()["error"]["message"]
+
+
+def test_derender_splits_the_reference_models_own_tool_calls(vllm: ReferenceProcess) -> None:
+    """A sampled output with a ``<tool_call>`` block derenders to a call of the offered tool."""
+    chat = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
+    ids = post(vllm, "/tokenize", chat).json()["tokens"]
+    for seed in range(40):
+        response = generate(vllm, ids, max_tokens=400, temperature=1.0, seed=seed).json()
+        if TOOL_CALL in response["choices"][0]["token_ids"]:
+            break
+    else:
+        pytest.fail("no sampled output called a tool")
+    body = {"generate_response": response, "chat_request": chat}
+    message = post(vllm, "/v1/chat/completions/derender", body).json()["choices"][0]["message"]
+    assert message["tool_calls"] and {c["function"]["name"] for c in message["tool_calls"]} == {"get_weather"}
+    assert all("city" in json.loads(c["function"]["arguments"]) for c in message["tool_calls"])
+    assert "<tool_call>" not in (message["content"] or "") and "<think>" not in (message["content"] or "")

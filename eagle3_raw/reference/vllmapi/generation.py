@@ -71,10 +71,11 @@ class Generations:
             state.count_fault("abort")
             cut = state.faults.cut(len(gen.planned))
             gen.planned, gen.planned_finish, gen.planned_stop_reason = gen.planned[:cut], "abort", None
-        if ex.fault == "hang":
-            await _hang(ex, gen)
-        else:
-            await carry_out(state, gen)
+        try:
+            await (_hang(ex, gen) if ex.fault == "hang" else carry_out(state, gen))
+        except asyncio.CancelledError:
+            state.counters.aborted_requests += 1  # the client left: vLLM aborts the request
+            raise
         count(state, gen)
         reply = completion_reply if gen.route == COMPLETIONS else generate_reply
         payload = orjson.dumps(reply(state, gen))
