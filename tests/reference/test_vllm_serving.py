@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from eagle3_raw.launching.reference import ReferenceProcess
+from eagle3_raw.reference.identity import reported_vllm_identity
 from eagle3_raw.reference.ledger import read_ledger
 from tests.reference.wire import Reply, get, request, wait_until
 
@@ -142,6 +143,10 @@ def test_vllms_flag_spellings_are_accepted_and_reported(launch: Launch) -> None:
     assert config["parallel_config"]["tensor_parallel_size"] == 2
     fingerprint = request(server.url, "/v1/completions", {"prompt": PROMPT}).json()["system_fingerprint"]
     assert fingerprint == "vllm-0.33.0-tp2"
+    computed = reported_vllm_identity(server.args)  # what it answers, known without starting it
+    assert computed["/server_info"]["vllm_config"] == config
+    assert computed["/version"] == get(server.url, "/version").json()
+    assert computed["/v1/models"]["data"][0]["id"] == "tiny"
 
 
 @pytest.mark.parametrize(
