@@ -7,6 +7,7 @@ command line. Real servers on 127.0.0.1; tests wait for conditions, never for se
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import subprocess
 import sys
@@ -16,10 +17,13 @@ from typing import Any
 
 import pytest
 
-from eagle3_raw.launching.reference import ReferenceProcess
+from eagle3_raw.launching.reference import ReferenceProcess, free_port, healthy
 from eagle3_raw.reference.identity import reported_vllm_identity
 from eagle3_raw.reference.ledger import read_ledger
+from tests.real_vllm.model import tiny_qwen3
+from tests.real_vllm.server import CPU_FLAGS, MAX_MODEL_LEN
 from tests.reference.wire import Reply, get, request, wait_until
+from tests.support import tokenizers
 
 Launch = Callable[..., ReferenceProcess]
 VLLM = ("--protocol", "vllm")
@@ -191,3 +195,34 @@ def test_the_vllm_mode_generates_what_the_sglang_mode_does(launch: Launch) -> No
         body = {"token_ids": PROMPT, "sampling_params": {"max_tokens": 64, **sampling}}
         got = request(vllm.url, "/inference/v1/generate", body).json()
         assert got["choices"][0]["token_ids"] == expected["output_ids"]
+
+
+def test_it_stands_in_for_the_real_vllm_on_the_tiers_own_command_line(tmp_path: Any) -> None:
+    """``[python, -m, eagle3_raw.reference, --protocol, vllm]`` in place of vLLM's API server, the
+    rest of the real-vLLM tier's command unchanged: the tiny Qwen3 folder, dummy weights, its parsers."""
+    model, port = tiny_qwen3(tmp_path), free_port()
+    flags = ("--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice")
+    command = [sys.executable, "-m", "eagle3_raw.reference", *VLLM, "--model", str(model),
+               "--host", "127.0.0.1", "--port", str(port), *CPU_FLAGS, *flags]  # fmt: skip
+    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    process = subprocess.Popen(
+        command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: healthy(url) or process.poll() is not None, timeout=60)
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        card = get(url, "/v1/models").json()["data"][0]
+        assert (card["id"], card["max_model_len"]) == (str(model), MAX_MODEL_LEN)
+        chat = [{"role": "user", "content": "Hi"}]
+        ids = request(url, "/tokenize", {"messages": chat}).json()["tokens"]
+        expected = tokenizers.load("qwen3").apply_chat_template(
+            chat, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        assert ids == list(expected)
+        sampling = {"max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        reply = request(url, "/inference/v1/generate", {"token_ids": ids, "sampling_params": sampling})
+        assert len(reply.json()["choices"][0]["token_ids"]) == 8
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
