@@ -241,6 +241,8 @@ def test_dev_mode_server_info_and_weight_info(vllm: ReferenceProcess) -> None:
     assert config["parallel_config"] == {"tensor_parallel_size": 1, "data_parallel_size": 1}
     assert config["speculative_config"] is None and config["scheduler_config"]["max_num_seqs"] >= 1
     assert get(vllm.url, "/weight_info").json() == {"weight_version": "default"}
+    reset = post(vllm, "/reset_prefix_cache", None)
+    assert reset.status == 200 and reset.body == b""
 
 
 def test_tokenize_continues_a_final_assistant_message(vllm: ReferenceProcess) -> None:
