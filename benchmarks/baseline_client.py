@@ -14,6 +14,10 @@ requests eagle3_raw sends (``input_ids`` and ``sampling_params``, seeds included
 eagle3_raw's own planner from the same recipe, all before the first request), and it waits on
 ``concurrent.futures.wait`` where SpecForge's script spins on ``future.done()``.
 
+With ``--protocol vllm`` it speaks vLLM's token route instead of SGLang's ``/generate``: the same
+ids and sampling, renamed to vLLM's ``SamplingParams`` (:func:`vllm_body`), POSTed to
+``/inference/v1/generate``.
+
 Run alone: ``python benchmarks/baseline_client.py --recipe r.yaml --concurrency 64 --out out.jsonl``;
 it prints one JSON line of counters (requests, generated tokens, errors, wall and CPU seconds).
 """
@@ -42,35 +46,69 @@ class Request:
 
 
 def plan_requests(recipe_source: Any) -> tuple[list[Request], list[str]]:
-    """The recipe's requests in canonical order, and its endpoints (eagle3_raw's planner)."""
+    """The recipe's requests in canonical order, and its endpoints (eagle3_raw's planner, rendering
+    locally for the reference server's target, with an empty journal)."""
+    import dataclasses
+    import tempfile
+
+    import numpy as np
+
+    from eagle3_raw.journal.generations import GenerationIndex
     from eagle3_raw.recipe import load_recipe
-    from eagle3_raw.run.plan import Job, Limits, Shard, plan_jobs
+    from eagle3_raw.run.plan import Job, KeySet, Planner, Shard
     from eagle3_raw.run.render import Renderer
+    from eagle3_raw.run.target import reference_target
     from eagle3_raw.source.prompts import iter_conversations
 
     recipe = load_recipe(recipe_source)
-    jobs = plan_jobs(iter_conversations(recipe), Renderer(recipe), recipe,
-                     shard=Shard(), exclude=set(), limits=Limits())  # fmt: skip
+    target = dataclasses.replace(reference_target([]), render="local")
+    with tempfile.TemporaryDirectory(prefix="baseline-plan-") as empty:
+        index = GenerationIndex(Path(empty))
+        nothing = KeySet(np.zeros(0, np.int64))
+        planner = Planner(recipe, Renderer(recipe), target, shard=Shard(), exclude=nothing, index=index)
+        jobs = list(planner.plan(iter_conversations(recipe)))
     requests = [Request(j.row_id, j.prompt_ids, j.sampling_params) for j in jobs if isinstance(j, Job)]
     return requests, list(recipe.server.endpoints)
 
 
-def generate(url: str, request: Request, timeout: float) -> dict[str, Any]:
-    """POST one request to ``/generate``; the result row, or an ``error`` entry."""
-    body = json.dumps({"input_ids": request.input_ids, "sampling_params": request.sampling_params})
+# SGLang's sampling names that vLLM's SamplingParams spells otherwise (the rest are the same).
+VLLM_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "sampling_seed": "seed"}
+
+
+SGLANG_TOP_K_ALL = 1 << 30  # SGLang's "no top-k" (its TOP_K_ALL); vLLM's is 0
+
+
+def vllm_body(request: Request) -> dict[str, Any]:
+    """The ``/inference/v1/generate`` body for the same ids and sampling."""
+    params = {VLLM_NAMES.get(key, key): value for key, value in request.sampling_params.items()}
+    if params.get("top_k", 0) >= SGLANG_TOP_K_ALL:
+        params["top_k"] = 0
+    return {"token_ids": request.input_ids, "sampling_params": params}
+
+
+def _post(url: str, body: dict[str, Any], timeout: float) -> Any:
     http = urllib.request.Request(
-        f"{url}/generate", data=body.encode(), headers={"Content-Type": "application/json"}
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
+    with urllib.request.urlopen(http, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def generate(url: str, request: Request, timeout: float, protocol: str = "sglang") -> dict[str, Any]:
+    """POST one request (``/generate``, or vLLM's ``/inference/v1/generate``); the result row, or an
+    ``error`` entry."""
     try:
-        with urllib.request.urlopen(http, timeout=timeout) as response:
-            result = json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        if protocol == "vllm":
+            choice = _post(f"{url}/inference/v1/generate", vllm_body(request), timeout)["choices"][0]
+            output, finish = choice.get("token_ids") or [], choice.get("finish_reason")
+        else:
+            body = {"input_ids": request.input_ids, "sampling_params": request.sampling_params}
+            result = _post(f"{url}/generate", body, timeout)
+            output, finish = result.get("output_ids", []), result.get("meta_info", {}).get("finish_reason")
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
         return {"id": request.row_id, "status": "error", "error": str(exc)}
-    meta = result.get("meta_info", {})
-    return {
-        "id": request.row_id, "status": "success", "input_ids": request.input_ids,
-        "output_ids": result.get("output_ids", []), "finish_reason": meta.get("finish_reason"),
-    }  # fmt: skip
+    return {"id": request.row_id, "status": "success", "input_ids": request.input_ids,
+            "output_ids": output, "finish_reason": finish}  # fmt: skip
 
 
 @dataclass
@@ -96,6 +134,7 @@ def run_baseline(
     concurrency: int,
     out: TextIO,
     timeout: float = 600.0,
+    protocol: str = "sglang",
 ) -> Counters:
     """Send every request as described in the module docstring; return the counters."""
     counters = Counters()
@@ -108,7 +147,7 @@ def run_baseline(
                 for future in done:
                     _write(future, out, counters)
                     waiting[url].remove(future)
-            waiting[url].append(pool.submit(generate, url, request, timeout))
+            waiting[url].append(pool.submit(generate, url, request, timeout, protocol))
         for futures in waiting.values():
             for future in futures:
                 _write(future, out, counters)
@@ -120,13 +159,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--recipe", required=True, help="recipe YAML (its endpoints and sampling are used)")
     parser.add_argument("--concurrency", type=int, default=64, help="requests in flight per endpoint")
     parser.add_argument("--out", type=Path, required=True, help="JSONL file for the generated rows")
+    parser.add_argument("--protocol", choices=("sglang", "vllm"), default="sglang",
+                        help="SGLang's /generate, or vLLM's /inference/v1/generate")  # fmt: skip
     args = parser.parse_args(argv)
     start = time.perf_counter()
     requests, endpoints = plan_requests(args.recipe)
     planned = time.perf_counter()
     cpu = time.process_time()
     with args.out.open("w") as out:
-        counters = run_baseline(requests, endpoints, args.concurrency, out)
+        counters = run_baseline(requests, endpoints, args.concurrency, out, protocol=args.protocol)
     print(json.dumps({
         "requests": counters.requests, "generated_tokens": counters.generated_tokens,
         "errors": counters.errors, "plan_seconds": planned - start,

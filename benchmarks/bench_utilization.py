@@ -32,18 +32,28 @@ thread here polls ``GET /reference/stats`` every 20 ms. Reported per client:
 A client still running after ``--time-limit`` seconds is stopped (SIGTERM); its window then ends
 at the stop and it has no whole-run numbers.
 
+Both engines in one run (``--engines sglang vllm``, the default): the servers above speak SGLang's
+API, then the same number of servers with the same slots speak vLLM's (``--protocol vllm
+--enable-scale-out``, dev mode on, ``--max-num-seqs`` = slots), and the same clients run against
+them: the baseline through ``/inference/v1/generate`` (``baseline_client.py --protocol vllm``) and
+eagle3_raw through its vLLM client (``server.engine: vllm``) once that client exists
+(:func:`vllm_client_ready`, :func:`vllm_recipe`: the hook to fill in; until then those rows are
+skipped, saying so). The target holds per engine.
+
 Usage::
 
     python benchmarks/bench_utilization.py                 # 10,000 prompts, about 5 minutes
     python benchmarks/bench_utilization.py --quick         # 1,000 prompts, under a minute
     python benchmarks/bench_utilization.py --slots 128 128   # two endpoints of 128 slots each
     python benchmarks/bench_utilization.py --slots 192 64    # two unequal endpoints
+    python benchmarks/bench_utilization.py --engines vllm    # the vLLM-protocol servers only
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -59,6 +69,36 @@ import common
 
 TARGET = 0.97
 MIN_STEADY_SECONDS = 5.0
+ENGINES = ("sglang", "vllm")
+CACHE_ROUTE = {"sglang": "/flush_cache", "vllm": "/reset_prefix_cache"}
+
+
+# --- eagle3_raw's vLLM client: THE HOOK the vLLM engine's author fills in ------------------------
+
+
+def vllm_client_ready(raw: dict[str, Any]) -> bool:
+    """HOOK: whether eagle3_raw can drive a vLLM server: its ``eagle3_raw.vllm.client`` exists and a
+    recipe takes :func:`vllm_recipe`'s fields. False: the vLLM engine's eagle3_raw rows are skipped,
+    saying so."""
+    from eagle3_raw.errors import RecipeError
+    from eagle3_raw.recipe import load_recipe
+
+    if (
+        importlib.util.find_spec("eagle3_raw.vllm") is None
+        or importlib.util.find_spec("eagle3_raw.vllm.client") is None
+    ):
+        return False
+    try:
+        load_recipe(vllm_recipe(raw))
+    except RecipeError:
+        return False
+    return True
+
+
+def vllm_recipe(raw: dict[str, Any]) -> dict[str, Any]:
+    """HOOK: the recipe eagle3_raw runs against the vLLM-protocol servers: the SGLang one's, with
+    ``server.engine: vllm`` (adjust once the recipe's vLLM fields are settled)."""
+    return {**raw, "server": {**raw["server"], "engine": "vllm"}}
 
 
 # --- the eagle3_raw client (child process) ------------------------------------------------------
@@ -157,23 +197,28 @@ def _whole(
 class Client:
     name: str
     command: list[str]
+    engine: str = "sglang"
+    eagle3: bool = False
 
 
-def clients(args: argparse.Namespace, recipe: Path, work: Path) -> list[Client]:
+def clients(args: argparse.Namespace, recipe: Path, work: Path, engine: str = "sglang") -> list[Client]:
+    """eagle3_raw once per render mode, then the baselines; against ``engine``'s servers."""
     here, py = common.HERE, sys.executable
+    prefix = "" if engine == "sglang" else f"{engine}: "
     found = []
-    for mode in args.render:
-        raw = common.read_recipe(recipe)
+    base = common.read_recipe(recipe)
+    for mode in args.render if engine == "sglang" or vllm_client_ready(base) else ():
+        raw = base if engine == "sglang" else vllm_recipe(base)
         variant = common.write_recipe(
-            work / f"recipe-{mode}.yaml", {**raw, "model": {**raw["model"], "render": mode}}
+            work / f"recipe-{engine}-{mode}.yaml", {**raw, "model": {**raw["model"], "render": mode}}
         )
         command = [py, str(here / "bench_utilization.py"), "--child", str(variant),
-                   "--journal", str(work / f"journal-{mode}")]  # fmt: skip
-        found.append(Client(f"eagle3_raw render={mode}", command))
+                   "--journal", str(work / f"journal-{engine}-{mode}")]  # fmt: skip
+        found.append(Client(f"{prefix}eagle3_raw render={mode}", command, engine, eagle3=True))
     for c in args.baseline_concurrency:
         command = [py, str(here / "baseline_client.py"), "--recipe", str(recipe), "--concurrency", str(c),
-                   "--out", str(work / f"baseline-{c}.jsonl")]  # fmt: skip
-        found.append(Client(f"baseline c={c}", command))
+                   "--out", str(work / f"baseline-{engine}-{c}.jsonl"), "--protocol", engine]  # fmt: skip
+        found.append(Client(f"{prefix}baseline c={c}", command, engine))
     return found
 
 
@@ -183,7 +228,7 @@ def measure(
     """Reset the servers, run ``client`` under the poller, and analyse what the servers saw."""
     urls = [s.url for s in servers]
     for url in urls:
-        common.reset_server(url)
+        common.reset_server(url, CACHE_ROUTE[client.engine])
     with common.CpuAccount([s.process.pid for s in servers]) as cpu, common.Poller(urls) as poller:
         spawned = time.monotonic()
         child, stopped = run_child(client.command, env, args.time_limit)
@@ -192,7 +237,14 @@ def measure(
     result = analyse(run, args.prompts, sum(args.slots), args.ms_per_token, warmup)
     cpus = {"server_cpu_seconds": cpu.servers, "client_process_cpu_seconds": cpu.clients,
             "others_cpu_seconds": cpu.others}  # fmt: skip
-    return {"client": client.name, **child, **result, **cpus}
+    return {
+        "client": client.name,
+        "engine": client.engine,
+        "eagle3": client.eagle3,
+        **child,
+        **result,
+        **cpus,
+    }
 
 
 def run_child(command: list[str], env: dict[str, str], limit: float) -> tuple[dict[str, Any], float | None]:
@@ -238,28 +290,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         print(json.dumps(eagle3_child(Path(args.child), args.journal)))
         return
-    with tempfile.TemporaryDirectory(prefix="bench-utilization-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="bench-utilization-") as tmp:
         work = Path(tmp)
         env = common.isolated_env(work)
         prompts = common.write_prompts(work / "prompts.jsonl", args.prompts)
-        servers = start_servers(stack, args)
-        recipe = common.bench_recipe(prompts, [s.url for s in servers], max_new_tokens=args.max_new_tokens)
-        recipe_path = common.write_recipe(work / "recipe.yaml", recipe)
         print_header(args)
         results = []
-        for client in clients(args, recipe_path, work):
-            results.append(measure(client, servers, args, env))
-            print_progress(results[-1], args)
-    print_results(results)
+        for engine in args.engines:
+            with contextlib.ExitStack() as stack:  # one engine's servers at a time
+                servers = start_servers(stack, args, engine)
+                urls = [s.url for s in servers]
+                recipe = common.bench_recipe(prompts, urls, max_new_tokens=args.max_new_tokens)
+                recipe_path = common.write_recipe(work / f"recipe-{engine}.yaml", recipe)
+                print(f"{engine} protocol:", flush=True)
+                for client in clients(args, recipe_path, work, engine):
+                    results.append(measure(client, servers, args, env))
+                    print_progress(results[-1], args)
+    print_results(results, args.engines)
     common.write_json(args.json, {"machine": common.machine(), "args": vars(args), "results": results})
 
 
-def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> list[Any]:
-    """One capacity-mode reference server per ``--slots`` value."""
+def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace, engine: str = "sglang") -> list[Any]:
+    """One capacity-mode reference server per ``--slots`` value, speaking ``engine``'s API."""
     from eagle3_raw.launching.reference import launch_reference
 
     timing = ["--ms-per-token", str(args.ms_per_token)]
-    return [stack.enter_context(launch_reference(args=["--slots", str(n), *timing])) for n in args.slots]
+    if engine == "sglang":
+        return [stack.enter_context(launch_reference(args=["--slots", str(n), *timing])) for n in args.slots]
+    flags = ["--protocol", "vllm", "--enable-scale-out", *timing]
+    dev = {"VLLM_SERVER_DEV_MODE": "1"}  # /server_info (max_num_seqs) and /reset_prefix_cache
+    return [
+        stack.enter_context(
+            launch_reference(args=[*flags, "--slots", str(n), "--max-num-seqs", str(n)], env=dev)
+        )
+        for n in args.slots
+    ]
 
 
 def print_header(args: argparse.Namespace) -> None:
@@ -277,19 +342,30 @@ def print_progress(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"  {result['client']}: window {window:.1f} s, util {util:.3f}{stopped}", flush=True)
 
 
-def print_results(results: list[dict[str, Any]]) -> None:
+def print_results(results: list[dict[str, Any]], engines: Sequence[str] = ("sglang",)) -> None:
     print()
     common.print_table(COLUMNS, [row(r) for r in results])
     ratios = (f"{r['client']} {common.cell(r['slot_seconds_per_token'], 4)}" for r in results)
     print("\nbusy-slot seconds / (completed tokens x T), whole run (1.000 = exact): " + ", ".join(ratios))
-    ours, baselines = results[0], results[1:]
-    util = _window_utilization(ours)
-    verdict = "not judged (window too short: a smoke run)" if util is None else \
-        "met" if util >= TARGET else "NOT met"  # fmt: skip
-    print(f"target: eagle3_raw >= {TARGET} of capacity in the window: {verdict}")
-    if baselines:  # the other half of the target, stated for this run, never a failure
-        print(f"baseline short of {TARGET} in the window (reported, not judged): "
-              + "; ".join(_shortfall(r) for r in baselines))  # fmt: skip
+    for engine in engines:
+        mine = [r for r in results if r["engine"] == engine]
+        ours, baselines = [r for r in mine if r["eagle3"]], [r for r in mine if not r["eagle3"]]
+        verdict = _verdict(ours, engine)
+        print(f"target ({engine} protocol): eagle3_raw >= {TARGET} of capacity in the window: {verdict}")
+        if baselines:  # the other half of the target, stated for this run, never a failure
+            print(f"baseline short of {TARGET} in the window (reported, not judged): "
+                  + "; ".join(_shortfall(r) for r in baselines))  # fmt: skip
+
+
+def _verdict(ours: list[dict[str, Any]], engine: str) -> str:
+    """The target's verdict for eagle3_raw's first client of ``engine``."""
+    if not ours:
+        where = " (eagle3_raw's vLLM client is not here: see vllm_client_ready)" if engine == "vllm" else ""
+        return f"not judged (no eagle3_raw client run){where}"
+    util = _window_utilization(ours[0])
+    if util is None:
+        return "not judged (window too short: a smoke run)"
+    return "met" if util >= TARGET else "NOT met"
 
 
 def _window_utilization(result: dict[str, Any]) -> float | None:
@@ -327,6 +403,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=("server", "local"),
         help="eagle3_raw's render modes to run, each a client (default: both)",
     )
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES,
+                        help="the capacity servers' API, in turn (default: sglang vllm)")  # fmt: skip
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--journal", type=Path, help=argparse.SUPPRESS)

@@ -118,9 +118,10 @@ def http_json(url: str, *, method: str = "GET", timeout: float = 10.0) -> Any:
     return json.loads(body) if body.strip().startswith((b"{", b"[")) else body.decode()
 
 
-def reset_server(url: str) -> None:
-    """Empty the prefix cache and zero the stats (busy-slot integral, wall clock, counters)."""
-    http_json(f"{url}/flush_cache", method="POST")
+def reset_server(url: str, cache_route: str = "/flush_cache") -> None:
+    """Empty the prefix cache and zero the stats (busy-slot integral, wall clock, counters); a
+    vLLM-mode reference server empties its cache on ``/reset_prefix_cache`` (dev mode)."""
+    http_json(f"{url}{cache_route}", method="POST")
     http_json(f"{url}/reference/stats/reset", method="POST")
 
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -19,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 from eagle3_raw.reference import READY
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
-from eagle3_raw.reference.server import ServerConfig
+from eagle3_raw.reference.options import add_reference_options, protocol_of, redacted
+from eagle3_raw.reference.server import ServerConfig, build_app
 from eagle3_raw.reference.server import serve as run_server
+from eagle3_raw.reference.vllm_cli import add_vllm_arguments, vllm_config_from_args
+from eagle3_raw.reference.vllmapi.app import build_vllm_app
 
 if TYPE_CHECKING:
     from eagle3_raw.reference.server import ServerConfig
@@ -95,26 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", type=Path, metavar="FILE",
         help="a YAML mapping of these options (e.g. api-key: KEY), under the command line as SGLang reads it",
     )  # fmt: skip
-    ref = parser.add_argument_group("reference server options")
-    ref.add_argument(
-        "--faults", help='fault rates per /generate request, e.g. "http500=0.05,reset=0.02,hang=0.01"'
-    )
-    ref.add_argument("--fault-seed", type=int, help="seed of the fault sequence (default: random)")
-    ref.add_argument("--slots", type=int, help="capacity mode: simulated decode slots")
-    ref.add_argument("--ms-per-token", type=float, help="capacity mode: milliseconds per generated token")
-    ref.add_argument(
-        "--prefill-ms-per-token", type=float, default=0.0, help="capacity mode: ms per uncached prompt token"
-    )
-    ref.add_argument(
-        "--draft-acceptance", type=float, default=0.7,
-        help="with --speculative-algorithm: how good the simulated drafter is, in (0, 1] (default 0.7)",
-    )  # fmt: skip
-    ref.add_argument("--ledger", type=Path, help="append one JSON line per /generate outcome to this file")
-    ref.add_argument(
-        "--exit-with-stdin",
-        action="store_true",
-        help="shut down (as on SIGTERM) when stdin reaches end of file, e.g. when the launching process dies",
-    )
+    add_reference_options(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -128,7 +111,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_queued_requests=args.max_queued_requests, disable_radix_cache=args.disable_radix_cache,
         stream_interval=args.stream_interval,
         faults=FaultSpec.parse(args.faults, args.fault_seed) if args.faults else None,
-        slots=args.slots, timing=timing, ledger=args.ledger, launch_command=_redacted(sys.argv),
+        slots=args.slots, timing=timing, ledger=args.ledger, launch_command=redacted(sys.argv),
         preferred_sampling_params=_json_object("--preferred-sampling-params", args.preferred_sampling_params),
         speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps,
         speculative_eagle_topk=args.speculative_eagle_topk,
@@ -164,17 +147,6 @@ def _json_object(option: str, text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{option}: expected a JSON object, got {text!r}")
     return value
-
-
-def _redacted(argv: Sequence[str]) -> str:
-    """The command line as ``/server_info`` reports it, with the API key masked."""
-    words = list(argv)
-    for i, word in enumerate(words):
-        if word == "--api-key" and i + 1 < len(words):
-            words[i + 1] = "***"
-        elif word.startswith("--api-key="):
-            words[i] = "--api-key=***"
-    return shlex.join(words)
 
 
 def apply_config_file(args: argparse.Namespace) -> None:
@@ -216,8 +188,7 @@ def serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM; returns the process exit code (2: bad options)."""
     started = time.monotonic()
     try:
-        apply_config_file(args)
-        config = config_from_args(args)
+        config = _config(args)
     except ValueError as exc:
         print(f"serve-reference: {exc}", file=sys.stderr)
         return 2
@@ -237,6 +208,18 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config(args: argparse.Namespace) -> ServerConfig:
+    """The configuration of ``args``, parsed with vLLM's flags (``--protocol vllm``) or SGLang's."""
+    if getattr(args, "vllm_flags", False):
+        return vllm_config_from_args(args)
+    apply_config_file(args)
+    if args.protocol != "sglang":
+        raise ValueError(
+            "--protocol vllm takes vLLM's own flags: run python -m eagle3_raw.reference --protocol vllm ..."
+        )
+    return config_from_args(args)
+
+
 async def _serve_until_signalled(
     config: ServerConfig, ready: Callable[[str], None], *, exit_with_stdin: bool = False
 ) -> None:
@@ -248,7 +231,8 @@ async def _serve_until_signalled(
     if exit_with_stdin:
         threading.Thread(target=_cancel_at_stdin_eof, args=(loop, task), daemon=True).start()
     try:
-        await run_server(config, ready=ready)
+        build = build_app if config.vllm is None else build_vllm_app
+        await run_server(config, ready=ready, build=build)
     except asyncio.CancelledError:
         return
 
@@ -267,11 +251,14 @@ def _cancel_at_stdin_eof(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m eagle3_raw.reference [options]``."""
+    """``python -m eagle3_raw.reference [options]`` (``--protocol vllm``: vLLM's API and flags)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    vllm = protocol_of(argv) == "vllm"
+    api = "vLLM 0.33's token-exact API" if vllm else "SGLang 0.5.23's native API"
     parser = argparse.ArgumentParser(
         prog="python -m eagle3_raw.reference",
-        description="Serve SGLang 0.5.23's native API with the built-in tiny reference model.",
+        description=f"Serve {api} with the built-in tiny reference model.",
         allow_abbrev=False,  # an option is the one its full name says (see launch.check_launch_args)
     )
-    add_arguments(parser)
+    (add_vllm_arguments if vllm else add_arguments)(parser)
     return serve(parser.parse_args(argv))

@@ -5,7 +5,9 @@ received and the ids it returned, and whether the answer reached the client. Lin
 with one ``write`` per response on an ``O_APPEND`` descriptor (flushed per write, not fsync'd), so
 a server restarted on the same file keeps appending.
 
-Each line carries ``time`` (Unix seconds), ``port``, ``endpoint`` (``"/generate"``), ``request``
+Each line carries ``time`` (Unix seconds), ``port``, ``endpoint`` (``"/generate"``; in vLLM mode the
+route, ``/v1/completions`` or ``/inference/v1/generate``, whose lines also carry ``stop_reason``,
+have ``finish_reason`` as vLLM's string and ``rid`` the engine's request id), ``request``
 (the server's sequence number of the HTTP request, from 0 per process), ``status`` (the HTTP status
 sent, ``null`` for a reply that never came), ``fault`` (the injected fault or ``null``) and
 ``delivered`` (false when the connection was reset, hung or dropped by the client; a line is written

@@ -89,8 +89,14 @@ def build_app(state: ServerState) -> web.Application:
     return app
 
 
-async def serve(config: ServerConfig, *, ready: Callable[[str], None] | None = None) -> None:
-    """Load the model, serve until cancelled (SIGINT/SIGTERM), then close cleanly."""
+async def serve(
+    config: ServerConfig,
+    *,
+    ready: Callable[[str], None] | None = None,
+    build: Callable[[ServerState], web.Application] = build_app,
+) -> None:
+    """Load the model, serve ``build``'s application (SGLang's routes unless told) until cancelled
+    (SIGINT/SIGTERM), then close cleanly."""
     model = Model(
         config.model_path,
         tokenizer=not config.skip_tokenizer_init,
@@ -100,7 +106,7 @@ async def serve(config: ServerConfig, *, ready: Callable[[str], None] | None = N
         trust_remote_code=config.trust_remote_code,
     )
     state = ServerState(config, model)
-    runner = web.AppRunner(build_app(state), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(build(state), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
         await web.TCPSite(runner, config.host, config.port, reuse_address=True).start()

@@ -10,6 +10,7 @@ from typing import Any
 from eagle3_raw.reference.capacity import Timing
 from eagle3_raw.reference.faults import FaultSpec
 from eagle3_raw.reference.speculation import Drafter
+from eagle3_raw.reference.vllmapi.options import VLLMOptions, check_parsers
 from eagle3_raw.sglang.parsers import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
 
 DEPRECATED_TOOL_CALL_PARSERS: Mapping[str, str] = {"qwen25": "qwen", "glm45": "glm"}
@@ -52,6 +53,13 @@ class ServerConfig:
     tp_size: int = 1
     dp_size: int = 1
     revision: str | None = None
+    vllm: VLLMOptions | None = None
+    """Set by ``--protocol vllm``: the server answers vLLM's routes instead of SGLang's."""
+
+    @property
+    def protocol(self) -> str:
+        """``"vllm"`` or ``"sglang"``: whose HTTP API the server speaks."""
+        return "sglang" if self.vllm is None else "vllm"
 
     @property
     def reported_tool_call_parser(self) -> str | None:
@@ -103,8 +111,11 @@ class ServerConfig:
             self.drafter  # noqa: B018 (raises ValueError naming the bad option)
         elif self.speculative_draft_model_path is not None:
             raise ValueError("--speculative-draft-model-path needs --speculative-algorithm")
-        _check_parser("--reasoning-parser", self.reasoning_parser, REASONING_PARSER_NAMES)
-        _check_parser("--tool-call-parser", self.tool_call_parser, TOOL_CALL_PARSER_NAMES)
+        if self.vllm is not None:
+            check_parsers(self.reasoning_parser, self.tool_call_parser, self.vllm.enable_auto_tool_choice)
+        else:
+            _check_parser("--reasoning-parser", self.reasoning_parser, REASONING_PARSER_NAMES)
+            _check_parser("--tool-call-parser", self.tool_call_parser, TOOL_CALL_PARSER_NAMES)
         if self.max_queued_requests is not None and self.slots is None:
             raise ValueError("--max-queued-requests needs capacity mode (--slots, --ms-per-token)")
 

@@ -1,0 +1,63 @@
+"""vLLM's error replies: ``ErrorResponse`` (``{"error": {"message", "type", "param", "code"}}``,
+``entrypoints/serve/exception_handling/error_response.py``) and the refusals the reference raises
+as :class:`VLLMError` with vLLM 0.33's own messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from eagle3_raw.reference.server.replies import json_response
+
+_TYPES = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundError",
+          500: "InternalServerError", 503: "ServiceUnavailableError"}  # fmt: skip
+
+
+class VLLMError(Exception):
+    """A refusal: the HTTP status, vLLM's message and the ``param`` it names."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return error_body(str(self), self.status, self.param)
+
+
+def error_body(message: str, status: int = 400, param: str | None = None) -> dict[str, Any]:
+    """``ErrorResponse`` as vLLM dumps it."""
+    kind = _TYPES.get(status, "BadRequestError")
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def error_reply(exc: VLLMError) -> web.Response:
+    return json_response(exc.body, exc.status)
+
+
+def validation(message: str, parameter: str | None = None, value: Any = None) -> VLLMError:
+    """``VLLMValidationError``: its text gains ``(parameter=..., value=...)``, and ``param`` names it."""
+    extras = [f"parameter={parameter}"] if parameter is not None else []
+    extras += [f"value={value}"] if value is not None else []
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    return VLLMError(text, 400, parameter)
+
+
+def invalid_body(field: str, problem: str) -> VLLMError:
+    """What vLLM's handler of pydantic's ``RequestValidationError`` answers (400, ``param`` null)."""
+    return VLLMError(f"1 validation error:\n  {{'loc': ('body', '{field}'), 'msg': '{problem}'}}")
+
+
+def model_not_found(name: str) -> VLLMError:
+    """``OpenAIServingModels.check_model``'s 404."""
+    return VLLMError(f"The model `{name}` does not exist.", 404, "model")
+
+
+SCALE_OUT_DISABLED = VLLMError(
+    "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them.", 403
+)
+"""The 403 of ``/inference/v1/*`` and render/derender without ``--enable-scale-out``
+(``entrypoints/scale_out/factories.py``)."""
