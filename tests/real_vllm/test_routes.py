@@ -295,3 +295,24 @@ def test_pace_and_memory_are_recorded(real_vllm: RealVLLM, tmp_path_factory: pyt
     record(tmp_path_factory, tokens_per_second_1=round(single, 1), tokens_per_second_16=round(batch, 1),
            server_rss_bytes=memory)  # fmt: skip
     assert one == 256 and single > 0 and batch > 0 and memory > 0
+
+
+def test_a_history_tool_call_needs_an_id_and_string_arguments(real_vllm: RealVLLM) -> None:
+    """vLLM validates a history's tool calls as OpenAI's message types: a call without an ``id`` or
+    with its arguments as an object is a 400 (``eagle3_raw/vllm/chatpath.py`` refuses them too;
+    eagle3_raw sends its conversations' argument objects as JSON strings)."""
+    for call in ({"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                 {**CALL, "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}):  # fmt: skip
+        reply = send(real_vllm, "/tokenize", {"messages": _called(call), "tools": [WEATHER]})
+        assert reply.status == 400, (call, reply.body)
+    assert send(real_vllm, "/tokenize", {"messages": _called(CALL), "tools": [WEATHER]}).status == 200
+
+
+def _called(call: dict[str, Any]) -> list[dict[str, Any]]:
+    """A history where the assistant made ``call`` and the tool answered it."""
+    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
+    return [
+        {"role": "user", "content": "Weather?"},
+        assistant,
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+    ]

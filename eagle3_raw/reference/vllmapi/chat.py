@@ -55,17 +55,34 @@ def _message(message: Mapping[str, Any]) -> dict[str, Any]:
         )
     if out.get("role") == "assistant" and isinstance(out.get("tool_calls"), list):
         for call in out["tool_calls"]:
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                function["arguments"] = _arguments(function["arguments"])
+            _check_call(call)
+            call["function"]["arguments"] = _arguments(call["function"]["arguments"])
     return out
 
 
+def _check_call(call: Any) -> None:
+    """A history's tool call as OpenAI's message types have it (vLLM validates them): an ``id``,
+    ``type: function``, a ``function`` with a ``name`` and its ``arguments`` as a string; else a 400
+    (seen on the real vLLM: ``tests/real_vllm/test_routes.py``)."""
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(call, Mapping) or not isinstance(call.get("id"), str) or call.get("type") != "function":
+        raise invalid_body(
+            "messages", "a tool call needs an id, type function and a function: Field required"
+        )
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise invalid_body("messages", "a tool call's function needs a name: Field required")
+    if not isinstance(function.get("arguments"), str):
+        raise invalid_body("messages", "a tool call's arguments: Input should be a valid string")
+
+
 def _arguments(text: str) -> Any:
+    """The arguments as an object: a string that is no JSON object becomes ``{}``, as vLLM coerces it
+    (``_postprocess_messages``: a history's malformed call must not fail every later turn)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise VLLMError(f"tool call arguments are not JSON: {exc}") from exc
+        parsed = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _tools(tools: Any) -> list[dict[str, Any]] | None:
