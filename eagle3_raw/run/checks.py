@@ -92,7 +92,7 @@ class ServerChecks:
                 f"{identity.url} renders chat requests with {dict(served.renderer)}, but this set's prompts "
                 f"come from a server rendering with {dict(self.target.renderer)}"
             )
-        if dict(served.model) != dict(self.target.model):
+        if dict(served.model) != dict(self.target.model) or served.engine != self.target.engine:
             raise ServerMismatch(
                 f"{identity.url} serves {served.describe()}, but this set's rows come from "
                 f"{self.target.describe()}; a server of another model, weights, engine or version "
