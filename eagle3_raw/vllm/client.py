@@ -117,6 +117,8 @@ async def split_turn(
         payload = await post(session, f"{url}/v1/chat/completions/derender", data, timeout, cap=cap,
                              shown=where, engine=ENGINE)  # fmt: skip
     except (AuthError, EndpointNotFound) as exc:
+        if isinstance(exc, AuthError) and "HTTP 403" not in str(exc):
+            raise  # the key was refused: not a matter of the route
         raise ServerMismatch(f"{where} is not served ({exc}): a rollout through vLLM needs its output "
                              "parsers, which it serves with --enable-scale-out") from exc  # fmt: skip
     return _assistant(decode_object(payload, where), where)
