@@ -15,6 +15,7 @@ import pytest
 
 import eagle3_raw
 from eagle3_raw.engines import identify
+from eagle3_raw.errors import ServerMismatch
 from eagle3_raw.journal.manifest import read_manifest
 from eagle3_raw.launching.reference import launch_reference
 from eagle3_raw.recipe import load_recipe
@@ -154,3 +155,10 @@ def test_the_batch_size_comes_from_dev_mode_server_info(tmp_path: Path) -> None:
         identity = run_sync(lambda: ask(dev.url))
     assert identity.engine == "vllm" and identity.max_running_requests == 24
     assert identity.server_info["max_num_seqs"] == 24 and identity.label == "vLLM 0.32.0"
+
+
+def test_a_rollout_on_a_vllm_without_its_scale_out_routes_stops_saying_which_flag(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "prompts.jsonl", CONVERSATIONS[:1])
+    refused = pytest.raises(ServerMismatch, match=r"derender is not served .*--enable-scale-out")
+    with reference_server(tmp_path, "--protocol", "vllm") as (server, _), refused:  # no --enable-scale-out
+        _build(tmp_path, server.url, turns="rollout", rollout={"merge": "never"}, sampling=LONG)
