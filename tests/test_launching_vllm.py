@@ -1,13 +1,16 @@
 """``server.launch: vllm`` (issue 25): the ``server.vllm`` section, vLLM's command line and
 environment, the flags a recipe may not give, and the launched server's life through the same guard
-and held-server path as SGLang's, with a stand-in for vLLM's OpenAI server
-(``tests/support/standin_vllm.py``). The real vLLM's launch is ``tests/real_vllm/test_launch.py``.
+and held-server path as SGLang's: with a stand-in that only answers ``/health``
+(``tests/support/standin_vllm.py``), and with the reference server's vLLM mode (``python -m
+eagle3_raw.reference --protocol vllm``) for whole builds, stopped every way a build can end. The
+real vLLM's launch is ``tests/real_vllm/test_launch.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
+import eagle3_raw
 from eagle3_raw.errors import FatalError, RecipeError, ServerMismatch, ServerUnreachable
 from eagle3_raw.identity import set_config_id
 from eagle3_raw.journal.manifest import new_manifest
@@ -27,10 +31,12 @@ from eagle3_raw.launching.records import adding_launch
 from eagle3_raw.launching.sections import launch_section, section_digest
 from eagle3_raw.launching.target import launched_target
 from eagle3_raw.recipe import Recipe, VLLMLaunch, load_recipe
+from eagle3_raw.reference.ledger import read_ledger
+from eagle3_raw.resources import reference_model_dir
 from eagle3_raw.run.build import RunOptions, launched_endpoints, release_launched, resolve_target, run
 from eagle3_raw.sglang.launch import launch_digest as sglang_digest
 from eagle3_raw.vllm.launch import launch_digest, vllm_command, vllm_env
-from tests.helpers import processes_with, write_prompts, write_recipe
+from tests.helpers import generations, ledgers_in, processes_with, write_prompts, write_recipe
 from tests.reference.wire import wait_until
 from tests.support.pace import scaled
 
@@ -160,6 +166,7 @@ def test_extra_args_may_not_give_what_eagle3_raw_sets(tmp_path: Path, args: list
 def test_extra_args_take_every_other_flag_and_values_that_look_like_flags(tmp_path: Path) -> None:
     args = ["--max-num-seqs", "-1", "--load-format", "dummy", "--long-prefill-token-threshold", "8", "-O3",
             "--reasoning-parser-plugin", "p.py", "--data-parallel-size-local", "1", "--ssl-keyfile", "k.pem",
+            "--ms-per-token", "2",
             "--max-num-batched-tokens", "64"]  # fmt: skip
     assert _launch(_load(tmp_path, {"model": "m", "extra_args": args})).extra_args == tuple(args)
 
@@ -378,3 +385,93 @@ def test_the_server_never_outlives_its_client(tmp_path: Path, how: str) -> None:
     finally:
         if client.poll() is None:
             client.kill()
+
+
+# --- whole builds, with the reference server's vLLM mode as the launched vLLM ---------------------------
+
+
+def _reference_recipe(tmp_path: Path, *extra: str, prompts: int = 12, **server: Any) -> Path:
+    """A recipe launching the reference server in vLLM mode for ``server.vllm`` (its flags are vLLM's
+    spellings); each server it starts keeps its own ledger in ``tmp_path/ledgers``."""
+    write_prompts(tmp_path, prompts)
+    (tmp_path / "ledgers").mkdir(exist_ok=True)
+    script = 'exec "$0" -m eagle3_raw.reference --protocol vllm --ledger "$E3_LEDGERS/ledger-$$.jsonl" "$@"'
+    vllm = {
+        "model": str(reference_model_dir()), "executable": ["/bin/sh", "-c", script, sys.executable],
+        "env": {"E3_LEDGERS": str(tmp_path / "ledgers")}, "extra_args": list(extra),
+        "startup_timeout": round(scaled(60)), "stop_timeout": 5,
+    }  # fmt: skip
+    section = {"endpoints": None, "launch": "vllm", "vllm": vllm, "connect_timeout": 5, **server}
+    return write_recipe(tmp_path, endpoints=[], server=section, sampling={"max_new_tokens": 48})
+
+
+def _served(ledgers: Path) -> int:
+    """How many generations the (first) launched reference server has delivered."""
+    found = ledgers_in(ledgers)
+    return len(generations(found[0])) if found else 0
+
+
+def _port(text: str) -> int:
+    match = re.search(r"starting the vLLM server: .* --port (\d+)", text)
+    assert match, text[-3000:]
+    return int(match.group(1))
+
+
+@pytest.mark.slow
+def test_a_launched_vllm_builds_the_set_is_recorded_and_a_cached_load_starts_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recipe = _reference_recipe(tmp_path, "--max-num-seqs", "8")
+    journals, ledgers = tmp_path / "journals", tmp_path / "ledgers"
+    caplog.set_level("INFO", logger="eagle3_raw")
+    built = eagle3_raw.load(
+        str(recipe), cache_dir=str(tmp_path / "cache"), journal_dir=journals, progress="none"
+    )
+    (ledger,) = ledgers_in(ledgers)
+    assert len(built) == 12 and len(generations(ledger)) == 12
+    assert {line["endpoint"] for line in generations(ledger)} == {"/v1/completions"}
+    manifest = orjson.loads(next(journals.glob("sets/*/manifest.json")).read_bytes())
+    (launch,) = manifest["launches"].values()
+    assert launch["kind"] == "vllm" and launch["model"] == str(reference_model_dir())
+    assert "--seed 0 --enable-scale-out --generation-config vllm --max-num-seqs 8" in launch["command"]
+    assert manifest["target"]["engine"] == "vllm"
+    _gone(_port(caplog.text))
+    (tmp_path / "cache").rename(tmp_path / "cache-0")  # the set from its journal: the launch record
+    again = eagle3_raw.load(
+        str(recipe), cache_dir=str(tmp_path / "cache"), journal_dir=journals, progress="none"
+    )
+    assert ledgers_in(ledgers) == [ledger] and again["input_ids"] == built["input_ids"]  # no second server
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_the_vllm_server_never_outlives_its_build(tmp_path: Path, how: str) -> None:
+    """Ctrl-C, SIGTERM (aborts reach the server first) and kill -9 of ``eagle3-raw build``: the guard
+    stops the server. The key reached it in its environment: it is on no process's command line."""
+    slow = ("--slots", "2", "--ms-per-token", "2")
+    recipe = _reference_recipe(tmp_path, *slow, prompts=30, api_key_env="E3_TEST_KEY")
+    log, ledgers = tmp_path / "build.log", tmp_path / "ledgers"
+    with log.open("w") as out:
+        build = subprocess.Popen(
+            [sys.executable, "-m", "eagle3_raw.cli", "build", str(recipe), "--quiet", "--journal-dir",
+             str(tmp_path / "journals"), "--cache-dir", str(tmp_path / "cache")],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "E3_TEST_KEY": "k-5d1e0b"},
+        )  # fmt: skip
+        try:
+            wait_until(lambda: build.poll() is not None or _served(ledgers) >= 3, timeout=90)
+            assert build.poll() is None, log.read_text()[-3000:]
+            port = _port(log.read_text())
+            assert len(processes_with("--port", str(port))) == 2  # the guard and the server
+            assert not processes_with("k-5d1e0b") and "k-5d1e0b" not in log.read_text()
+            build.send_signal(getattr(signal, how))
+            code = build.wait(scaled(60))
+        finally:
+            if build.poll() is None:
+                build.kill()
+    _gone(port)
+    (ledger,) = ledgers_in(ledgers)
+    if how == "SIGKILL":
+        assert code == -signal.SIGKILL
+    else:
+        aborts = [r for r in read_ledger(ledger) if r.get("finish_reason") == "abort"]
+        assert code == 130 and aborts, log.read_text()[-3000:]  # the server was alive for the aborts

@@ -113,6 +113,9 @@ MANAGED_ENV: Mapping[str, str] = {
     KEY_VARIABLE: "the key comes from server.api_key_env (a recipe holds no secret)",
 }
 
+_SECRET_FLAGS = frozenset({"--hf-token"})
+"""Secret flags whose names the word rule passes (it leaves ``token`` out: ``--ms-per-token``)."""
+
 #: Fields that do not change what the server is (how long to wait, where its log goes).
 _NOT_IDENTITY = frozenset({"startup_timeout", "stop_timeout", "log_dir"})
 
@@ -153,8 +156,8 @@ def _flag_problem(name: str) -> str | None:
     longer = sorted(flag for flag in MANAGED_FLAGS if flag.startswith(name) and flag[:2] == name[:2])
     if longer:
         return f"vLLM would read it as {longer[0]}, which eagle3_raw sets; spell options in full"
-    # "token" alone is no secret (--long-prefill-token-threshold); --hf-token is one
-    if is_secret_name(name.replace("token", "")) or name.endswith("-token"):
+    # "token" alone is no secret (--long-prefill-token-threshold); vLLM's --hf-token is one
+    if is_secret_name(name.replace("token", "")) or name in _SECRET_FLAGS:
         return "a secret on a command line is readable by every local user (ps); pass it another way"
     return None
 
