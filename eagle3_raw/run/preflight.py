@@ -10,7 +10,8 @@ Server checks (unless ``--local``): every endpoint answers and serves one model 
 tokenizer agrees with the recipe's; the first prompt renders through the server's chat path; the
 recipe's sampling keys pass the server's own validation on one request with ``max_new_tokens`` 1
 (one per mixture component). A ``launch: reference`` recipe starts its reference server for these
-(seconds); ``launch: sglang`` is checked locally only (starting SGLang is no check's price).
+(seconds); ``launch: sglang`` and ``launch: vllm`` are checked locally only (starting a GPU
+server is no check's price).
 
 A build runs the local checks that would fail every row (:func:`check_before_launch`) before it
 starts a server.
@@ -47,7 +48,7 @@ from eagle3_raw.run.target import (
     target_of,
     with_rollout_parsers,
 )
-from eagle3_raw.serving import Engine, ServerIdentity
+from eagle3_raw.serving import ENGINE_LABELS, Engine, ServerIdentity
 from eagle3_raw.sglang.chatrequest import ChatRequestError, reasoning_effort_value
 from eagle3_raw.source.prompts import Conversation, iter_conversations
 from eagle3_raw.transport import new_session
@@ -206,8 +207,10 @@ class Validation:
     def server(self) -> Iterator[Check]:
         """The server checks (see the module docstring), against the recipe's endpoints or the
         reference server it launches (started for them, stopped after)."""
-        if self.recipe.server.launch == "sglang":
-            yield Check("server", "skip", "server.launch is sglang: validate starts no SGLang server "
+        launch = self.recipe.server.launch
+        if launch in ("sglang", "vllm"):
+            label = ENGINE_LABELS[launch]
+            yield Check("server", "skip", f"server.launch is {launch}: validate starts no {label} server "
                         "(point server.endpoints at a running one to check it)")  # fmt: skip
             return
 
