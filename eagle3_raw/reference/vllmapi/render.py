@@ -35,6 +35,16 @@ _SAMPLING_KEYS = (
 )  # fmt: skip
 
 
+class Render:
+    """The render route over the shared :class:`ServerState`."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await render_chat(self.state, request)
+
+
 async def render_chat(state: ServerState, request: web.Request) -> web.StreamResponse:
     try:
         body = orjson.loads(await request.read() or b"{}")
