@@ -32,7 +32,7 @@ CONVERSATIONS: dict[str, dict[str, Any]] = {
     "tools": {"tools": [WEATHER], "messages": [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
-         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "Sunny"}]},
     "no_thinking": {"messages": [{"role": "user", "content": "Hi"}],
                     "chat_template_kwargs": {"enable_thinking": False}},
