@@ -22,7 +22,7 @@ from eagle3_raw.reference.vllmapi.derender import Derender
 from eagle3_raw.reference.vllmapi.errors import SCALE_OUT_DISABLED, error_reply
 from eagle3_raw.reference.vllmapi.generation import Generations
 from eagle3_raw.reference.vllmapi.info import VLLMInfo, dev_mode
-from eagle3_raw.reference.vllmapi.render import render_chat
+from eagle3_raw.reference.vllmapi.render import Render
 from eagle3_raw.reference.vllmapi.tokens import Tokens
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -77,7 +77,7 @@ def build_vllm_app(state: ServerState) -> web.Application:
     scale_out: list[tuple[str, str, Handler]] = [
         ("POST", "/inference/v1/generate", generations.generate),
         ("POST", "/inference/v1/abort_requests", info.abort_requests),
-        ("POST", "/v1/chat/completions/render", lambda request: render_chat(state, request)),
+        ("POST", "/v1/chat/completions/render", Render(state).chat),
         ("POST", "/v1/chat/completions/derender", Derender(state).chat),
     ]
     enabled = state.config.vllm.enable_scale_out

@@ -16,7 +16,9 @@ rest decoded (``skip_special_tokens`` from the chat request, true by default), t
   leaves the whole text as content and no calls.
 
 ``finish_reason`` stays the generation's own (``stop``), never ``tool_calls``. Without a
-``chat_request`` while a parser is configured: vLLM's 400. The message's ``content`` is null when empty.
+``chat_request`` while a parser is configured: vLLM's 400. The message's ``content`` is null when
+empty, and ``tool_calls`` is left out when there are none (as the real 0.32 sends it); a call's
+``id`` is 16 random hex digits, as there.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from aiohttp import web
 
 from eagle3_raw.reference.server.replies import json_response
 from eagle3_raw.reference.server.state import ServerState
-from eagle3_raw.reference.vllmapi.errors import VLLMError, error_reply, invalid_body
+from eagle3_raw.reference.vllmapi.errors import VLLMError, error_reply, invalid_body, missing
 from eagle3_raw.reference.vllmapi.requests import check_model
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -61,8 +63,14 @@ class Derender:
 
     def response(self, body: Any) -> dict[str, Any]:
         """The ``ChatCompletionResponse`` for a ``DerenderChatRequest`` body (VLLMError: 400/404)."""
-        if not isinstance(body, dict) or not isinstance(body.get("generate_response"), dict):
-            raise invalid_body("generate_response", "Field required")
+        if not isinstance(body, dict):
+            raise invalid_body("body", "Input should be a valid dictionary", body, "dict_type")
+        if body.get("generate_response") is None:
+            raise missing("generate_response", body)
+        if not isinstance(body["generate_response"], dict):
+            raise invalid_body(
+                "generate_response", "Input should be a valid dictionary", body["generate_response"]
+            )
         check_model(self.state, body.get("model"))
         gen, chat = body["generate_response"], body.get("chat_request")
         c = self.state.config
@@ -81,8 +89,10 @@ class Derender:
             "model": body.get("model") or self.state.served_model_name, "choices": out,
             "service_tier": None, "system_fingerprint": None,
             "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                      "completion_tokens": completion, "prompt_tokens_details": None},
-            "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+                      "completion_tokens": completion, "prompt_tokens_details": None,
+                      "completion_tokens_details": None},
+            "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None,
+            "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
         }  # fmt: skip
 
     def _choice(self, choice: dict[str, Any], chat: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,10 +108,12 @@ class Derender:
             content, calls = hermes_calls(content)
         message = {
             "role": "assistant", "content": content or None, "refusal": None, "annotations": None,
-            "audio": None, "function_call": None, "tool_calls": calls, "reasoning": reasoning,
+            "audio": None, "function_call": None, **({"tool_calls": calls} if calls else {}),
+            "reasoning": reasoning,
         }  # fmt: skip
         return {"index": choice.get("index", 0), "message": message, "logprobs": None,
-                "finish_reason": finish, "stop_reason": stop_reason, "token_ids": None}  # fmt: skip
+                "finish_reason": finish, "stop_reason": stop_reason, "token_ids": None,
+                "routed_experts": None}  # fmt: skip
 
     def _without_stop(
         self, ids: list[int], finish: Any, stop_reason: Any, chat: Mapping[str, Any]
@@ -148,7 +160,7 @@ def hermes_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     try:
         found = [json.loads(closed or open_ended) for closed, open_ended in _CALL.findall(text)]
         calls = [
-            {"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
+            {"id": uuid.uuid4().hex[:16], "type": "function",
              "function": {"name": call["name"],
                           "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
             for call in found

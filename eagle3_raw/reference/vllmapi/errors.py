@@ -18,19 +18,24 @@ _TYPES = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundEr
 class VLLMError(Exception):
     """A refusal: the HTTP status, vLLM's message and the ``param`` it names."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, status: int = 400, param: str | None = None, kind: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.param = param
+        self.kind = kind
 
     @property
     def body(self) -> dict[str, Any]:
-        return error_body(str(self), self.status, self.param)
+        return error_body(str(self), self.status, self.param, self.kind)
 
 
-def error_body(message: str, status: int = 400, param: str | None = None) -> dict[str, Any]:
-    """``ErrorResponse`` as vLLM dumps it."""
-    kind = _TYPES.get(status, "BadRequestError")
+def error_body(
+    message: str, status: int = 400, param: str | None = None, kind: str | None = None
+) -> dict[str, Any]:
+    """``ErrorResponse`` as vLLM dumps it (``kind``: its ``type``, by default the status's error class)."""
+    kind = kind or _TYPES.get(status, "BadRequestError")
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
@@ -46,9 +51,25 @@ def validation(message: str, parameter: str | None = None, value: Any = None) ->
     return VLLMError(text, 400, parameter)
 
 
-def invalid_body(field: str, problem: str) -> VLLMError:
-    """What vLLM's handler of pydantic's ``RequestValidationError`` answers (400, ``param`` null)."""
-    return VLLMError(f"1 validation error:\n  {{'loc': ('body', '{field}'), 'msg': '{problem}'}}")
+def invalid_body(field: str, problem: str, given: Any = None, kind: str = "value_error") -> VLLMError:
+    """What vLLM's handler of pydantic's ``RequestValidationError`` answers: 400, ``type`` ``Bad
+    Request``, ``param`` the field's location, and the error (its ``input`` summarized as vLLM does:
+    a container by its size) in the message."""
+    error = {"type": kind, "loc": f"body.{field}", "msg": problem, "input": _summary(given)}
+    return VLLMError(f"1 validation error:\n  {error}", 400, f"body.{field}", "Bad Request")
+
+
+def missing(field: str, body: Any) -> VLLMError:
+    """pydantic's ``missing`` error for a required ``field`` of ``body``."""
+    return invalid_body(field, "Field required", body, "missing")
+
+
+def _summary(value: Any) -> Any:
+    """``_summarize_error_input``: containers by their size, long texts cut."""
+    if isinstance(value, list | tuple | set | frozenset | dict):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:200] + "...[truncated]" if len(text) > 200 else text
 
 
 def model_not_found(name: str) -> VLLMError:

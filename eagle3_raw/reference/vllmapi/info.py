@@ -104,6 +104,8 @@ class VLLMInfo:
         except orjson.JSONDecodeError:
             return error_reply(VLLMError("Expecting value: the body is not JSON"))
         ids = body.get("request_ids") if isinstance(body, dict) else None
+        if ids is None:  # the route's own check (scale_out/token_in_token_out/api_router.py)
+            return error_reply(VLLMError("Missing 'request_ids' in request body", kind="Bad Request"))
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             return error_reply(
                 invalid_body(

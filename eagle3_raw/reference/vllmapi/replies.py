@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from eagle3_raw.reference.server.state import ServerState
@@ -12,18 +13,21 @@ from eagle3_raw.reference.vllmapi.plan import Generation
 
 
 def system_fingerprint(state: ServerState) -> str:
-    """``build_system_fingerprint`` in its ``full`` mode (the parallel sizes above 1 named)."""
-    assert state.config.vllm is not None
-    parts = [f"vllm-{state.config.vllm.version}"]
-    parts += [f"tp{state.config.tp_size}"] if state.config.tp_size > 1 else []
-    parts += [f"dp{state.config.dp_size}"] if state.config.dp_size > 1 else []
-    return "-".join(parts)
+    """``build_system_fingerprint`` in its ``full`` mode: the version, the parallel sizes above 1,
+    then 8 hex digits of a hash of the configuration (here: of what the server reports of it)."""
+    c = state.config
+    assert c.vllm is not None
+    parts = [f"vllm-{c.vllm.version}"]
+    parts += [f"tp{c.tp_size}"] if c.tp_size > 1 else []
+    parts += [f"dp{c.dp_size}"] if c.dp_size > 1 else []
+    reported = repr((state.served_model_name, state.model.context_len, c.tp_size, c.dp_size, c.vllm))
+    return "-".join([*parts, hashlib.sha256(reported.encode()).hexdigest()[:8]])
 
 
 def usage(gen: Generation) -> dict[str, Any]:
     prompt, completion = len(gen.prompt), len(gen.output)
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None}  # fmt: skip
+            "prompt_tokens_details": None, "completion_tokens_details": None}  # fmt: skip
 
 
 def completion_reply(state: ServerState, gen: Generation) -> dict[str, Any]:
@@ -32,12 +36,13 @@ def completion_reply(state: ServerState, gen: Generation) -> dict[str, Any]:
     choice = {
         "index": 0, "text": text, "logprobs": None, "finish_reason": gen.finish,
         "stop_reason": gen.stop_reason, "token_ids": gen.output if ids else None,
-        "prompt_logprobs": None, "prompt_token_ids": gen.prompt if ids else None,
+        "prompt_logprobs": None, "prompt_token_ids": gen.prompt if ids else None, "routed_experts": None,
     }  # fmt: skip
     return {
         "id": gen.engine_id.removesuffix("-0"), "object": "text_completion", "created": gen.created,
         "model": state.served_model_name, "choices": [choice], "service_tier": None,
         "system_fingerprint": system_fingerprint(state), "usage": usage(gen), "kv_transfer_params": None,
+        "ec_transfer_params": None, "metrics": None,
     }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3_raw.reference.server.state import ServerState
-from eagle3_raw.reference.vllmapi.errors import VLLMError, invalid_body, model_not_found, validation
+from eagle3_raw.reference.vllmapi.errors import VLLMError, invalid_body, missing, model_not_found, validation
 from eagle3_raw.reference.vllmapi.plan import Generation
 from eagle3_raw.reference.vllmapi.sampling import check_max_tokens, fit_max_tokens, parse_sampling
 
@@ -37,7 +37,7 @@ def completion_request(state: ServerState, body: Any, header_id: str | None) -> 
         raise _too_long(len(prompt), limit)
     max_tokens = fit_max_tokens(sampling.max_tokens, len(prompt), limit)
     check_max_tokens(max_tokens)
-    _check_vocabulary(state, prompt, "prompt")
+    _check_vocabulary(state, prompt)
     rid = _request_id(body.get("request_id"), header_id)
     given = {key: value for key, value in body.items() if key != "prompt"}
     return Generation(
@@ -54,19 +54,21 @@ def generate_request(state: ServerState, body: Any, header_id: str | None) -> Ge
             "the reference server's vLLM mode does not stream; send stream: false", param="stream"
         )
     ids = body.get("token_ids")
+    if ids is None:
+        raise missing("token_ids", body)
     if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
-        raise invalid_body("token_ids", "Input should be a non-empty list of integers")
+        raise invalid_body("token_ids", "Input should be a non-empty list of integers", ids)
     if any(t < 0 for t in ids):
-        raise invalid_body("token_ids", "Value error, token_ids must not contain negative values")
+        raise invalid_body("token_ids", "Value error, token_ids must not contain negative values", ids)
     given = body.get("sampling_params")
+    if given is None:
+        raise missing("sampling_params", body)
     if not isinstance(given, Mapping):
-        raise invalid_body(
-            "sampling_params", "Field required" if given is None else "Input should be an object"
-        )
+        raise invalid_body("sampling_params", "Input should be a valid dictionary", given, "dict_type")
     sampling = parse_sampling(given, None)
     limit = state.model.context_len
     _check_decoder_prompt(len(ids), limit)
-    _check_vocabulary(state, ids, None)
+    _check_vocabulary(state, ids)
     max_tokens = fit_max_tokens(sampling.max_tokens, len(ids), limit)
     rid = _request_id(body.get("request_id"), header_id)
     return Generation(
@@ -127,13 +129,13 @@ def _check_decoder_prompt(count: int, limit: int) -> None:
         )
 
 
-def _check_vocabulary(state: ServerState, ids: list[int], parameter: str | None) -> None:
-    """``BaseRenderer``'s vocabulary check."""
+def _check_vocabulary(state: ServerState, ids: list[int]) -> None:
+    """``BaseRenderer``'s vocabulary check (the real 0.32 names no ``param``)."""
     low, high = min(ids), max(ids)
     if low < 0:
-        raise validation(f"Token id {low} is out of vocabulary", parameter)
+        raise VLLMError(f"Token id {low} is out of vocabulary")
     if high >= state.model.vocab_size:
-        raise validation(f"Token id {high} is out of vocabulary", parameter)
+        raise VLLMError(f"Token id {high} is out of vocabulary")
 
 
 def _request_id(given: Any, header_id: str | None) -> str:
@@ -142,7 +144,7 @@ def _request_id(given: Any, header_id: str | None) -> str:
         return header_id
     if isinstance(given, str) and given:
         return given
-    return uuid.uuid4().hex
+    return uuid.uuid4().hex[:16]  # random_uuid(): 16 hex digits
 
 
 def _flag(body: Mapping[str, Any], key: str) -> bool:
