@@ -50,6 +50,7 @@ def server_env(marker: str) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",  # vLLM reports usage statistics by default
         "DO_NOT_TRACK": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache (the default takes a share of memory)
+        "PYTHONUNBUFFERED": "1",  # each log line (uvicorn's access log too) on disk as it is written
         MARKER: marker,
     }
 
