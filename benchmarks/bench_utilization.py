@@ -36,9 +36,9 @@ Both engines in one run (``--engines sglang vllm``, the default): the servers ab
 API, then the same number of servers with the same slots speak vLLM's (``--protocol vllm
 --enable-scale-out``, dev mode on, ``--max-num-seqs`` = slots), and the same clients run against
 them: the baseline through ``/inference/v1/generate`` (``baseline_client.py --protocol vllm``) and
-eagle3_raw through its vLLM client (``server.engine: vllm``) once that client exists
-(:func:`vllm_client_ready`, :func:`vllm_recipe`: the hook to fill in; until then those rows are
-skipped, saying so). The target holds per engine.
+eagle3_raw through its vLLM client (``server.engine: vllm``; :func:`vllm_client_ready` and
+:func:`vllm_recipe` are where it plugs in: without a vLLM client those rows are skipped, saying
+so). The target holds per engine.
 
 Usage::
 
