@@ -310,7 +310,8 @@ class _Build:
             log.warning("no endpoint answers: only rows whose generations the journal holds can be made")
             return None
         how = "as the recipe says" if self.recipe.server.engine_name else "asked from the server"
-        log.info(
+        # debug, not info: the progress display owns the terminal (eagle3-raw validate says it)
+        log.debug(
             "%d endpoint(s) of %s (%s): %s", len(identities), identities[0].label, how, self.target.describe()
         )
         await checks.check_tokenizers(identities)
